@@ -1,0 +1,1 @@
+"""setdiff: set diffusion language models and their baselines."""

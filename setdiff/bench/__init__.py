@@ -1,0 +1,1 @@
+"""Benchmarks: commands that write measured figures to files (not tests)."""

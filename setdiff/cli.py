@@ -1,0 +1,36 @@
+"""The `setdiff` command: one sub-command per pipeline stage, mapped in one dict.
+
+Each stage lives in `setdiff/stages/<name>.py` and exposes `main(argv) -> None`; DVC calls
+these through this dispatcher (``setdiff <stage> ...``). `setdiff <stage> --help` explains a stage.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+STAGES: dict[str, str] = {
+    "preset": "Write params.yaml from params/<name>.yaml (switch the active preset).",
+    "prepare": "Generate a task's raw splits (offline) under data/<task>/.",
+    "tokenize": "Train a task's tokenizer and encode its splits to fixed-length arrays.",
+    "train": "Train one (task, paradigm) model; resumable; writes models/<task>/<paradigm>/.",
+    "evaluate": "Held-out likelihood bound / perplexity of one model; writes metrics/.",
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        width = max(map(len, STAGES))
+        lines = [f"  {name:<{width}}  {text}" for name, text in STAGES.items()]
+        print("usage: setdiff <stage> [--help] [options]\n\nstages:\n" + "\n".join(lines))
+        return
+    name, rest = argv[0], argv[1:]
+    if name not in STAGES:
+        sys.exit(f"setdiff: unknown stage {name!r}; choose one of {', '.join(STAGES)}")
+    module = importlib.import_module(f"setdiff.stages.{name}")
+    module.main(rest)
+
+
+if __name__ == "__main__":
+    main()

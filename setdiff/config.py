@@ -1,0 +1,135 @@
+"""Typed, frozen configuration records and the one function that builds them from params.
+
+Every number that can change a result lives in a frozen, keyword-only dataclass. Params files
+(YAML mappings) are turned into these records by `build`, which rejects unknown keys and wrong
+types with an error that names the key and the file it came from. Validation of values lives in
+each record's `__post_init__`; derived values are methods. Nothing here reads files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+T = TypeVar("T")
+
+frozen = dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+"""The decorator every config record uses."""
+
+
+class ConfigError(ValueError):
+    """A params value is missing, unknown or invalid. The message names the key and the file."""
+
+
+def build(cls: type[T], mapping: Any, where: str = "params") -> T:
+    """Build the dataclass `cls` from a mapping, recursively, with strict key and type checks.
+
+    Args:
+        cls: a frozen config dataclass.
+        mapping: the parsed YAML section.
+        where: dotted location used in error messages, e.g. ``"params/default.yaml: train"``.
+
+    Raises:
+        ConfigError: on unknown keys, missing required keys, wrong types, or invalid values
+            (the record's own `ValueError` is re-raised naming `where`).
+    """
+    if not isinstance(mapping, Mapping):
+        raise ConfigError(f"{where}: expected a mapping for {cls.__name__}, got {mapping!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(mapping) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {unknown} for {cls.__name__}; known: {sorted(fields)}"
+        )
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for name, value in mapping.items():
+        kwargs[name] = _coerce(hints[name], value, f"{where}.{name}")
+    missing = [
+        n
+        for n, f in fields.items()
+        if n not in kwargs
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ConfigError(f"{where}: missing required key(s) {missing} for {cls.__name__}")
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"{where}: {err}") from None
+
+
+def _coerce(hint: Any, value: Any, where: str) -> Any:
+    origin = get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(option, value, where)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(f"{where}: {value!r} matches none of {hint}")
+    if origin is Literal:
+        if value not in get_args(hint):
+            raise ConfigError(f"{where}: {value!r} is not one of {list(get_args(hint))}")
+        return value
+    if origin in (tuple, list):
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        args = get_args(hint)
+        item = args[0] if args else Any
+        return tuple(_coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin in (dict, Mapping):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        _, item = get_args(hint)
+        return types.MappingProxyType({k: _coerce(item, v, f"{where}.{k}") for k, v in value.items()})
+    if dataclasses.is_dataclass(hint):
+        return build(hint, value, where)
+    if hint is Any:
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true/false, got {value!r}")
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{where}: unsupported config type {hint}")
+
+
+def to_dict(config: Any) -> Any:
+    """The inverse of `build`: a plain, YAML/JSON-serialisable structure."""
+    if dataclasses.is_dataclass(config):
+        return {f.name: to_dict(getattr(config, f.name)) for f in dataclasses.fields(config)}
+    if isinstance(config, Mapping):
+        return {k: to_dict(v) for k, v in config.items()}
+    if isinstance(config, tuple | list):
+        return [to_dict(v) for v in config]
+    return config
+
+
+def check(condition: bool, message: str) -> None:
+    """Raise `ValueError(message)` unless `condition`; used in `__post_init__` validation."""
+    if not condition:
+        raise ValueError(message)

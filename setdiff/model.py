@@ -1,0 +1,234 @@
+"""The backbone: a compact Llama-style decoder, (tokens, positions, mask, cache) -> logits.
+
+RMSNorm, rotary embeddings driven by explicit position ids, SwiGLU MLP and grouped-query
+attention through `scaled_dot_product_attention` with boolean masks. Module and parameter names
+follow Hugging Face `LlamaForCausalLM` (``model.layers.0.self_attn.q_proj.weight`` ...), so state
+dicts move between the two formats without renaming.
+
+The backbone knows nothing of paradigms, noise, orders or losses: the attention pattern comes in
+as a boolean mask (True = may attend) and the positions as ids, which is all that set diffusion's
+permuted two-copy layout needs.
+
+Shapes: B batch, T new tokens, K keys (cache + new), H heads, G kv heads, E head dim, V vocab.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from setdiff.config import check, frozen
+from setdiff.kv_cache import KVCache
+
+
+@frozen
+class ModelConfig:
+    """Backbone shape. Defaults are a ~0.6M-parameter model that trains in minutes on a CPU."""
+
+    vocab_size: int
+    """Embedding rows, including the special tokens (pad, bos, eos, mask)."""
+    n_layer: int = 4
+    """Transformer blocks."""
+    n_head: int = 2
+    """Query heads."""
+    n_kv_head: int = 1
+    """Key/value heads (grouped-query attention); must divide n_head."""
+    d_model: int = 128
+    """Hidden size; head dim = d_model / n_head (64 in the presets, as vLLM's CPU kernels need)."""
+    d_ff: int = 256
+    """SwiGLU intermediate size."""
+    max_seq_len: int = 512
+    """Longest position id the model is used with (checked by the samplers)."""
+    rope_theta: float = 10000.0
+    """RoPE base."""
+    norm_eps: float = 1e-5
+    """RMSNorm epsilon."""
+    tie_embeddings: bool = False
+    """Share the input embedding with the output head."""
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "n_layer", "n_head", "n_kv_head", "d_model", "d_ff"):
+            check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        check(self.n_head % self.n_kv_head == 0, "n_kv_head must divide n_head")
+        check(self.d_model % self.n_head == 0, "n_head must divide d_model")
+        check(self.head_dim % 2 == 0, "head dim (d_model / n_head) must be even for RoPE")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope_cos_sin(
+    positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotary tables for arbitrary (e.g. permuted) position ids, in HF Llama's half-split layout.
+
+    Args:
+        positions: (B, T) integer position ids.
+    Returns:
+        cos, sin: (B, 1, T, E).
+    """
+    inv_freq = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, device=positions.device).float() / head_dim)
+    )
+    freqs = positions.float()[..., None] * inv_freq  # (B, T, E/2)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int) -> None:
+        super().__init__()
+        self.layer = layer
+        self.n_head, self.n_kv_head, self.head_dim = (
+            config.n_head,
+            config.n_kv_head,
+            config.head_dim,
+        )
+        kv_dim = config.n_kv_head * config.head_dim
+        self.q_proj = nn.Linear(config.d_model, config.d_model, bias=False)
+        self.k_proj = nn.Linear(config.d_model, kv_dim, bias=False)
+        self.v_proj = nn.Linear(config.d_model, kv_dim, bias=False)
+        self.o_proj = nn.Linear(config.d_model, config.d_model, bias=False)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor | None,
+        cache: KVCache | None,
+    ) -> torch.Tensor:
+        B, T, _ = x.shape
+        q_BHTE = self.q_proj(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        k_BGTE = self.k_proj(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+        v_BGTE = self.v_proj(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+        q_BHTE, k_BGTE = apply_rope(q_BHTE, cos, sin), apply_rope(k_BGTE, cos, sin)
+        if cache is not None:
+            # Cached keys are post-RoPE at their true positions; the new ones are staged and only
+            # kept if the caller commits them after the forward.
+            k_BGTE, v_BGTE = cache.stage(self.layer, k_BGTE, v_BGTE)
+        y = F.scaled_dot_product_attention(
+            q_BHTE, k_BGTE, v_BGTE, attn_mask=mask, enable_gqa=self.n_kv_head != self.n_head
+        )
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(config.d_model, config.d_ff, bias=False)
+        self.up_proj = nn.Linear(config.d_model, config.d_ff, bias=False)
+        self.down_proj = nn.Linear(config.d_ff, config.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.d_model, config.norm_eps)
+        self.self_attn = Attention(config, layer)
+        self.post_attention_layernorm = RMSNorm(config.d_model, config.norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor | None,
+        cache: KVCache | None,
+    ) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Decoder(nn.Module):
+    """Embeddings, blocks and final norm (HF's ``LlamaModel``)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
+        self.layers = nn.ModuleList(Block(config, i) for i in range(config.n_layer))
+        self.norm = RMSNorm(config.d_model, config.norm_eps)
+
+
+class Transformer(nn.Module):
+    """Llama-style decoder with explicit positions, masks and an optional KV cache."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = Decoder(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                # GPT-2 style scaled init of residual projections keeps early activations tame.
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, std=0.02)
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        """Logits for every input token.
+
+        Args:
+            tokens: (B, T) token ids.
+            positions: (B, T) or (T,) true position ids (RoPE).
+            mask: boolean attention mask, True = may attend, broadcastable to (B, 1, T, K) where
+                K = cache length + T. None = every query sees every key (use for a single query
+                or bidirectional attention without padding).
+            cache: a `KVCache`; the new keys/values are staged and the caller decides how many to
+                commit (`cache.commit(n)`) after the call.
+        Returns:
+            (B, T, V) float logits.
+        """
+        if positions.dim() == 1:
+            positions = positions.expand(tokens.shape[0], -1)
+        x = self.model.embed_tokens(tokens)
+        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
+        if mask is not None and mask.dim() == 2:
+            mask = mask[None, None]
+        elif mask is not None and mask.dim() == 3:
+            mask = mask[:, None]
+        for block in self.model.layers:
+            x = block(x, cos, sin, mask, cache)
+        return self.lm_head(self.model.norm(x))
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

@@ -1,0 +1,350 @@
+"""Paradigms: the ONLY place AR, MDLM, BD3LM, AO-GPT and set diffusion differ.
+
+Each paradigm is a config record plus a class with
+- ``loss(model, batch, generator) -> LossOutput``: its order/noise sampler, training mask and
+  loss, all on the same `Transformer` backbone;
+- ``decode_policy(options) -> DecodePolicy``: its sampler (see `setdiff.sampling`).
+
+Registry: ``PARADIGMS[name] = (ConfigClass, ParadigmClass)``; `make_paradigm(name, config)`.
+
+Losses are per-sequence means over target tokens, then a batch mean. `LossOutput` also carries
+per-sequence NLL sums and token counts so evaluation can form corpus perplexities
+``exp(sum nll / sum tokens)`` (exact for AR; an upper bound / NELBO for the others).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import torch
+import torch.nn.functional as F
+
+from setdiff.config import check, frozen
+from setdiff.masks import (
+    block_diffusion_mask,
+    causal_mask,
+    set_causal_mask,
+    with_key_padding,
+)
+from setdiff.orders import (
+    StaggeredSchedule,
+    order_from_times,
+    sample_uniform_times,
+)
+
+if TYPE_CHECKING:
+    from setdiff.model import Transformer
+    from setdiff.sampling.policies import DecodePolicy
+
+ParadigmName = Literal["ar", "mdlm", "bd3lm", "aogpt", "setdlm"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Batch:
+    """A batch of fixed-length examples: ``<bos> context target <eos> <pad>...``."""
+
+    tokens: torch.Tensor  # (B, L) long
+    context_len: torch.Tensor  # (B,) leading context tokens (bos + prompt), never a target
+    length: torch.Tensor  # (B,) non-padding tokens
+
+    @property
+    def positions(self) -> torch.Tensor:
+        return torch.arange(self.tokens.shape[1], device=self.tokens.device)
+
+    @property
+    def is_context(self) -> torch.Tensor:
+        return self.positions[None] < self.context_len[:, None]  # (B, L)
+
+    @property
+    def valid(self) -> torch.Tensor:
+        return self.positions[None] < self.length[:, None]  # (B, L)
+
+    @property
+    def is_target(self) -> torch.Tensor:
+        return self.valid & ~self.is_context  # (B, L)
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(*(t.to(device) for t in (self.tokens, self.context_len, self.length)))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LossOutput:
+    loss: torch.Tensor  # () mean over sequences of per-token NLL (the training objective)
+    nll_sum: torch.Tensor  # (B,) summed (weighted) NLL of each sequence's targets
+    n_tokens: torch.Tensor  # (B,) target tokens per sequence
+
+
+def _reduce(nll: torch.Tensor, weight: torch.Tensor, n_tokens: torch.Tensor) -> LossOutput:
+    nll_sum = (nll * weight).sum(-1)
+    per_seq = nll_sum / n_tokens.clamp(min=1)
+    has_targets = n_tokens > 0
+    loss = per_seq[has_targets].mean() if has_targets.any() else per_seq.sum() * 0
+    return LossOutput(loss=loss, nll_sum=nll_sum.detach(), n_tokens=n_tokens)
+
+
+def _masked_nll(logits: torch.Tensor, targets: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """(B, T) NLL with the [MASK] logit at -inf (zero-masking parameterization)."""
+    logits = logits.float()
+    logits[..., mask_id] = float("-inf")
+    return F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+
+
+# --------------------------------------------------------------------------------------------
+# Configs
+
+
+@frozen
+class ARConfig:
+    """Autoregression: next-token cross-entropy under a causal mask."""
+
+    name: ClassVar[str] = "ar"
+
+
+@frozen
+class MDLMConfig:
+    """Masked diffusion (Sahoo et al. 2024): log-linear schedule, one t per sequence."""
+
+    name: ClassVar[str] = "mdlm"
+    eps: float = 1e-3
+    """Noise floor: a token is masked with probability (1 - eps) t."""
+
+    def __post_init__(self) -> None:
+        check(0 <= self.eps < 1, f"eps must be in [0, 1), got {self.eps}")
+
+
+@frozen
+class BD3LMConfig:
+    """Block diffusion (Arriola et al. 2025): blocks of `block_size`, one t per block."""
+
+    name: ClassVar[str] = "bd3lm"
+    block_size: int = 4
+    """S, tokens per block."""
+    eps: float = 1e-3
+
+    def __post_init__(self) -> None:
+        check(self.block_size >= 1, f"block_size must be >= 1, got {self.block_size}")
+        check(0 <= self.eps < 1, f"eps must be in [0, 1), got {self.eps}")
+
+
+@frozen
+class SetDLMConfig:
+    """Set diffusion: staggered first-hitting-time orders, set-causal two-copy training."""
+
+    name: ClassVar[str] = "setdlm"
+    set_size: int = 4
+    """D, desired set size (order window s_max = 2D)."""
+    max_set_size: int | None = None
+    """s_max; None = 2D."""
+    exponent: float | None = None
+    """Survival exponent k; None = derived from D (about 1/3)."""
+
+    def __post_init__(self) -> None:
+        check(self.set_size >= 1, f"set_size (D) must be >= 1, got {self.set_size}")
+        check(
+            self.max_set_size is None or self.max_set_size >= self.set_size,
+            f"max_set_size must be >= set_size, got {self.max_set_size} < {self.set_size}",
+        )
+        check(self.exponent is None or self.exponent > 0, "exponent must be > 0")
+
+    @property
+    def s_max(self) -> int:
+        return 2 * self.set_size if self.max_set_size is None else self.max_set_size
+
+    def schedule(self, length: int) -> StaggeredSchedule:
+        return StaggeredSchedule(
+            length=length,
+            set_size=min(self.set_size, length),
+            max_set_size=self.max_set_size,
+            exponent=self.exponent,
+        )
+
+
+@frozen
+class AOGPTConfig:
+    """Any-order autoregression, decoder-only (Xue et al. 2025, arXiv 2506.19935)."""
+
+    name: ClassVar[str] = "aogpt"
+    ltr_share: float = 0.0
+    """Share of training sequences given the left-to-right order instead of a random one."""
+
+    def __post_init__(self) -> None:
+        check(0 <= self.ltr_share <= 1, f"ltr_share must be in [0, 1], got {self.ltr_share}")
+
+
+ParadigmConfig = ARConfig | MDLMConfig | BD3LMConfig | SetDLMConfig | AOGPTConfig
+
+
+# --------------------------------------------------------------------------------------------
+# Paradigms
+
+
+class AR:
+    def __init__(self, config: ARConfig, mask_id: int) -> None:
+        self.config, self.mask_id = config, mask_id
+
+    def loss(self, model: Transformer, batch: Batch, generator: torch.Generator | None = None) -> LossOutput:
+        tokens = batch.tokens
+        L = tokens.shape[1]
+        mask = causal_mask(L).to(tokens.device)
+        logits = model(tokens[:, :-1], batch.positions[:-1], mask[:-1, :-1])
+        targets = batch.is_target[:, 1:]
+        nll = F.cross_entropy(logits.float().transpose(1, 2), tokens[:, 1:], reduction="none")
+        return _reduce(nll, targets.float(), targets.sum(-1))
+
+    def decode_policy(self, options: dict[str, Any]) -> DecodePolicy:
+        from setdiff.sampling.policies import ARPolicy
+
+        return ARPolicy.from_options(options)
+
+
+class MDLM:
+    def __init__(self, config: MDLMConfig, mask_id: int) -> None:
+        self.config, self.mask_id = config, mask_id
+
+    def loss(self, model: Transformer, batch: Batch, generator: torch.Generator | None = None) -> LossOutput:
+        tokens, targets = batch.tokens, batch.is_target
+        B, L = tokens.shape
+        # Antithetic (stratified) t over the batch lowers the variance of the NELBO estimate.
+        u = torch.rand((), generator=generator).item()
+        t = ((u + torch.arange(B) / B) % 1.0).to(tokens.device)
+        t = t * (1 - self.config.eps) + self.config.eps  # (B,)
+        p_mask = (1 - self.config.eps) * t
+        masked = targets & (torch.rand(B, L, generator=generator).to(tokens.device) < p_mask[:, None])
+        xt = torch.where(masked, self.mask_id, tokens)
+        mask = with_key_padding(torch.ones(L, L, dtype=torch.bool, device=tokens.device), batch.valid)
+        logits = model(xt, batch.positions, mask)
+        nll = _masked_nll(logits, tokens, self.mask_id)
+        # Continuous-time NELBO weight -alpha'/(1 - alpha) = 1/t for the log-linear schedule.
+        return _reduce(nll, masked.float() / t[:, None], targets.sum(-1))
+
+    def decode_policy(self, options: dict[str, Any]) -> DecodePolicy:
+        from setdiff.sampling.policies import MDLMPolicy
+
+        return MDLMPolicy.from_options(options)
+
+
+class BD3LM:
+    def __init__(self, config: BD3LMConfig, mask_id: int) -> None:
+        self.config, self.mask_id = config, mask_id
+
+    def loss(self, model: Transformer, batch: Batch, generator: torch.Generator | None = None) -> LossOutput:
+        tokens, targets = batch.tokens, batch.is_target
+        B, L = tokens.shape
+        S, eps = self.config.block_size, self.config.eps
+        n_blocks = -(-L // S)
+        t_blocks = torch.rand(B, n_blocks, generator=generator).to(tokens.device) * (1 - eps) + eps
+        t = t_blocks.repeat_interleave(S, dim=1)[:, :L]  # (B, L)
+        masked = targets & (torch.rand(B, L, generator=generator).to(tokens.device) < (1 - eps) * t)
+        masked = _force_one_mask_per_block(masked, targets, S, generator)
+        xt = torch.where(masked, self.mask_id, tokens)
+        valid2 = torch.cat((batch.valid, batch.valid), dim=1)
+        mask = with_key_padding(block_diffusion_mask(L, S).to(tokens.device), valid2)
+        positions = torch.cat((batch.positions, batch.positions))
+        logits = model(torch.cat((tokens, xt), dim=1), positions, mask)[:, L:]
+        nll = _masked_nll(logits, tokens, self.mask_id)
+        return _reduce(nll, masked.float() / t, targets.sum(-1))
+
+    def decode_policy(self, options: dict[str, Any]) -> DecodePolicy:
+        from setdiff.sampling.policies import BlockPolicy
+
+        return BlockPolicy.from_options(options, block_size=self.config.block_size)
+
+
+def _force_one_mask_per_block(
+    masked: torch.Tensor, targets: torch.Tensor, block_size: int, generator: torch.Generator | None
+) -> torch.Tensor:
+    """Every block with a target gets at least one mask (a random target of that block)."""
+    B, L = masked.shape
+    pad = -L % block_size
+    m = F.pad(masked, (0, pad)).view(B, -1, block_size)
+    tg = F.pad(targets, (0, pad)).view(B, -1, block_size)
+    needs = tg.any(-1) & ~m.any(-1)  # (B, n_blocks)
+    if needs.any():
+        scores = torch.rand(tg.shape, generator=generator).to(masked.device).masked_fill(~tg, -1.0)
+        pick = F.one_hot(scores.argmax(-1), block_size).bool() & needs[..., None]
+        m = m | pick
+    return m.view(B, -1)[:, :L]
+
+
+class SetLoss:
+    """Shared machinery of set diffusion and any-order AR: one order per sequence per step.
+
+    Input ``[x0_perm ; xmasked_perm]`` (2L) with positions ``[perm ; perm]`` under the static
+    set-causal mask; logits of the masked copy predict each query's own position (no shift).
+    Padding needs no mask: it is last in every order and the rule is causal in rank.
+    """
+
+    mask_id: int
+
+    def sample_times(self, batch: Batch, generator: torch.Generator | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def sample_order(self, batch: Batch, generator: torch.Generator | None = None) -> torch.Tensor:
+        times = self.sample_times(batch, generator).to(batch.tokens.device)
+        return order_from_times(times, batch.is_context, batch.valid)
+
+    def loss(self, model: Transformer, batch: Batch, generator: torch.Generator | None = None) -> LossOutput:
+        perm = self.sample_order(batch, generator)  # (B, L)
+        return self.loss_for_order(model, batch, perm)
+
+    def loss_for_order(self, model: Transformer, batch: Batch, perm: torch.Tensor) -> LossOutput:
+        tokens = batch.tokens
+        L = tokens.shape[1]
+        x0 = tokens.gather(1, perm)
+        targets = batch.is_target.gather(1, perm)
+        xm = torch.where(targets, self.mask_id, x0)
+        mask = set_causal_mask(L).to(tokens.device)
+        logits = model(torch.cat((x0, xm), 1), torch.cat((perm, perm), 1), mask)[:, L:]
+        nll = _masked_nll(logits, x0, self.mask_id)
+        return _reduce(nll, targets.float(), targets.sum(-1))
+
+
+class SetDLM(SetLoss):
+    def __init__(self, config: SetDLMConfig, mask_id: int) -> None:
+        self.config, self.mask_id = config, mask_id
+
+    def sample_times(self, batch: Batch, generator: torch.Generator | None) -> torch.Tensor:
+        schedule = self.config.schedule(batch.tokens.shape[1])
+        return schedule.sample_times(batch.tokens.shape[0], generator)
+
+    def decode_policy(self, options: dict[str, Any]) -> DecodePolicy:
+        from setdiff.sampling.policies import SetPolicy
+
+        return SetPolicy.from_options(options, max_window=self.config.s_max)
+
+
+class AOGPT(SetLoss):
+    def __init__(self, config: AOGPTConfig, mask_id: int) -> None:
+        self.config, self.mask_id = config, mask_id
+
+    def sample_times(self, batch: Batch, generator: torch.Generator | None) -> torch.Tensor:
+        B, L = batch.tokens.shape
+        return sample_uniform_times(B, L, self.config.ltr_share, generator)
+
+    def decode_policy(self, options: dict[str, Any]) -> DecodePolicy:
+        from setdiff.sampling.policies import AnyOrderPolicy
+
+        return AnyOrderPolicy.from_options(options)
+
+
+Paradigm = AR | MDLM | BD3LM | SetDLM | AOGPT
+
+PARADIGMS: dict[str, tuple[type, type]] = {
+    "ar": (ARConfig, AR),
+    "mdlm": (MDLMConfig, MDLM),
+    "bd3lm": (BD3LMConfig, BD3LM),
+    "aogpt": (AOGPTConfig, AOGPT),
+    "setdlm": (SetDLMConfig, SetDLM),
+}
+
+
+def make_paradigm(name: str, config: Any | None = None, *, mask_id: int) -> Paradigm:
+    """Build a paradigm by name; `config` defaults to that paradigm's default config."""
+    if name not in PARADIGMS:
+        raise ValueError(f"paradigm: unknown paradigm {name!r}; choose one of {list(PARADIGMS)}")
+    config_cls, cls = PARADIGMS[name]
+    config = config_cls() if config is None else config
+    if not isinstance(config, config_cls):
+        raise ValueError(f"paradigm {name!r} needs a {config_cls.__name__}, got {type(config).__name__}")
+    return cls(config, mask_id)

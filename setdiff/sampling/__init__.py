@@ -1,0 +1,1 @@
+"""Decoding: one loop, pluggable per-paradigm policies, pure logits helpers."""

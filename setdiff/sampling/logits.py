@@ -1,0 +1,55 @@
+"""Pure helpers that turn logits into a choice and a confidence. No state, no model."""
+
+from __future__ import annotations
+
+import torch
+
+
+def choose_tokens(
+    logits_MV: torch.Tensor,
+    *,
+    mask_id: int,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row and report its probability (the confidence).
+
+    The [MASK] logit is set to -inf; ``temperature == 0`` is greedy (confidence from the plain
+    softmax), otherwise tokens are sampled from ``softmax(logits / temperature)`` restricted to
+    the nucleus `top_p` (the crossing token kept, then renormalised).
+
+    Returns:
+        tokens (M,) long and confidence (M,) float = probability of the chosen token.
+    """
+    logits = logits_MV.float().clone()
+    logits[:, mask_id] = float("-inf")
+    if temperature == 0.0:
+        probs = torch.softmax(logits, dim=-1)
+        confidence, tokens = probs.max(dim=-1)
+        return tokens, confidence
+    probs = torch.softmax(logits / temperature, dim=-1)
+    if top_p < 1.0:
+        probs = nucleus(probs, top_p)
+    tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return tokens, probs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def nucleus(probs_MV: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest prefix of sorted tokens whose mass reaches `top_p`; renormalise."""
+    sorted_probs, order = probs_MV.sort(dim=-1, descending=True)
+    before = sorted_probs.cumsum(-1) - sorted_probs  # mass strictly before each token
+    sorted_probs = sorted_probs.masked_fill(before >= top_p, 0.0)
+    kept = torch.zeros_like(probs_MV).scatter(-1, order, sorted_probs)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def accept_confident(confidence_M: torch.Tensor, threshold: float | None) -> torch.Tensor:
+    """Indices to accept: the most confident one, plus every one with confidence >= threshold."""
+    best = int(confidence_M.argmax())
+    if threshold is None:
+        return torch.tensor([best])
+    chosen = (confidence_M >= threshold).nonzero().flatten()
+    if best not in chosen.tolist():
+        chosen = torch.cat((torch.tensor([best]), chosen))
+    return chosen.sort().values

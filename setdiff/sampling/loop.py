@@ -1,0 +1,183 @@
+"""The one decoding loop: plan -> forward (cached or recomputed) -> select -> accept -> stop?
+
+`generate` validates everything before any compute, builds the paradigm's policy, and runs the
+loop. With ``use_cache=True`` each forward feeds only the tokens being committed plus the
+queries, over a `KVCache`; with ``use_cache=False`` it feeds every committed token again (full
+recomputation with the same mask rules), which must give the same logits: the tests hold the
+cache to that. NFE counts real forward calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import torch
+
+from setdiff.kv_cache import KVCache
+from setdiff.masks import decode_mask
+from setdiff.sampling.policies import DecodeContext, DecodePolicy
+from setdiff.sampling.state import DecodeState, Plan
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GenerateResult:
+    tokens: list[int]
+    """New token ids, up to and including the stop token when one fired."""
+    nfe: int
+    """Model forward calls actually made (prefill included)."""
+    steps: list[list[int]]
+    """Canvas positions decoded by each forward, in order (each generated position once)."""
+    stopped: bool
+    """True when a stop token ended decoding early."""
+    forward_seconds: float
+    """Wall time spent inside model forward calls."""
+    cache_length: int = 0
+    """Committed KV-cache entries at the end (0 without a cache)."""
+    logits: list[torch.Tensor] | None = None
+    """With ``trace_logits=True``: each forward's logits for its committed then queried rows."""
+
+
+def generate(
+    model: Any,
+    prompt_ids: list[int] | torch.Tensor,
+    *,
+    max_new_tokens: int,
+    paradigm: Any | None = None,
+    suffix_ids: list[int] | torch.Tensor | None = None,
+    use_cache: bool = True,
+    seed: int = 0,
+    stop_ids: list[int] | tuple[int, ...] = (),
+    cache_size: int | None = None,
+    trace_logits: bool = False,
+    **policy_options: Any,
+) -> GenerateResult:
+    """Decode `max_new_tokens` slots after `prompt_ids` with the paradigm's sampler.
+
+    Args:
+        model: a `LoadedModel` (from `setdiff.load_model`) or a `Transformer` with `paradigm`.
+        prompt_ids: context token ids (include BOS if the model was trained with it).
+        max_new_tokens: slots to generate (the infilling span when `suffix_ids` is given).
+        paradigm: the paradigm object when `model` is a bare `Transformer`.
+        suffix_ids: right context for infilling (setdlm, aogpt, mdlm).
+        use_cache: False = recompute every forward from scratch (for checks and benchmarks).
+        seed: seeds the sampler's generator (sampling and random orders).
+        stop_ids: stop once one of these is decoded with everything before it decoded.
+        cache_size: KV-cache capacity; entries beyond it are dropped from the left.
+        trace_logits: keep every forward's query logits (for equivalence checks).
+        **policy_options: the paradigm's decode options, e.g. ``window``, ``threshold``,
+            ``temperature``, ``top_p`` (see `setdiff.sampling.policies`).
+    Raises:
+        ValueError: on any bad argument, before any compute.
+    """
+    net, paradigm = _unpack(model, paradigm)
+    prompt = _as_list(prompt_ids, "prompt_ids")
+    suffix = _as_list(suffix_ids, "suffix_ids") if suffix_ids is not None else []
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    total = len(prompt) + max_new_tokens + len(suffix)
+    if total > net.config.max_seq_len:
+        raise ValueError(
+            f"prompt ({len(prompt)}) + max_new_tokens ({max_new_tokens}) + suffix ({len(suffix)}) "
+            f"= {total} exceeds the model context max_seq_len={net.config.max_seq_len}"
+        )
+    if not prompt and paradigm.config.name in ("ar", "setdlm", "aogpt"):
+        raise ValueError("prompt_ids must hold at least one token (e.g. BOS)")
+    if suffix and paradigm.config.name in ("ar", "bd3lm"):
+        raise ValueError(f"suffix_ids (infilling) is not supported by {paradigm.config.name}")
+    policy = paradigm.decode_policy(policy_options)
+    if cache_size is not None and cache_size < 1:
+        raise ValueError(f"cache_size must be >= 1, got {cache_size}")
+    state = DecodeState.new(prompt, max_new_tokens, suffix, paradigm.mask_id)
+    generator = torch.Generator().manual_seed(seed)
+    ctx = DecodeContext(mask_id=paradigm.mask_id, generator=generator, n_new=max_new_tokens)
+    cache = KVCache.for_model(net, cache_size or 2 * total) if use_cache else None
+    with torch.inference_mode():
+        return _run(net, policy, state, cache, ctx, set(stop_ids), trace_logits)
+
+
+def _run(
+    net: Any,
+    policy: DecodePolicy,
+    state: DecodeState,
+    cache: KVCache | None,
+    ctx: DecodeContext,
+    stop_ids: set[int],
+    trace_logits: bool,
+) -> GenerateResult:
+    device = next(net.parameters()).device
+    nfe, forward_seconds, steps, traced = 0, 0.0, [], []
+    stop_at = None
+    while (plan := policy.plan(state)) is not None:
+        tic = time.perf_counter()
+        logits = _forward(net, state, plan, cache, device)
+        forward_seconds += time.perf_counter() - tic
+        nfe += 1
+        state.record_commit(plan.commit, plan.groups)
+        if trace_logits:
+            traced.append(logits.cpu())
+        positions, tokens = policy.select(state, plan, logits.cpu(), ctx)
+        if positions.numel():
+            state.accept(positions, tokens)
+            steps.append(positions.tolist())
+        if stop_ids and (stop_at := _find_stop(state, stop_ids)) is not None:
+            break
+    end = state.gen_end if stop_at is None else stop_at + 1
+    return GenerateResult(
+        tokens=state.canvas[state.gen_start : end].tolist(),
+        nfe=nfe,
+        steps=steps,
+        stopped=stop_at is not None,
+        forward_seconds=forward_seconds,
+        cache_length=cache.length if cache is not None else 0,
+        logits=traced if trace_logits else None,
+    )
+
+
+def _forward(
+    net: Any, state: DecodeState, plan: Plan, cache: KVCache | None, device: torch.device
+) -> torch.Tensor:
+    """Logits (C + M, V) of the plan's committed tokens then queries."""
+    all_groups = torch.tensor(state.groups + plan.groups.tolist(), dtype=torch.long)
+    n_commit, m = plan.commit.numel(), plan.queries.numel()
+    if cache is not None:
+        cache.make_room(n_commit + m)
+        keep = cache.length + n_commit
+        positions = torch.cat((plan.commit, plan.queries))
+        mask = decode_mask(all_groups[len(all_groups) - keep :], n_commit, plan.query_attend)
+    else:
+        committed = torch.cat((torch.tensor(state.committed, dtype=torch.long), plan.commit))
+        positions = torch.cat((committed, plan.queries))
+        mask = decode_mask(all_groups, len(committed), plan.query_attend)
+    tokens = state.canvas[positions]
+    attn = None if bool(mask.all()) else mask.to(device)
+    logits = net(tokens[None].to(device), positions[None].to(device), attn, cache)[0]
+    if cache is not None:
+        cache.commit(plan.commit.to(device))
+    return logits[logits.shape[0] - n_commit - m :]
+
+
+def _find_stop(state: DecodeState, stop_ids: set[int]) -> int | None:
+    """Position of the first stop token in the fully decoded prefix of the generated span."""
+    prefix = state.canvas[state.gen_start : state.frontier()]
+    for i, token in enumerate(prefix.tolist()):
+        if token in stop_ids:
+            return state.gen_start + i
+    return None
+
+
+def _unpack(model: Any, paradigm: Any | None) -> tuple[Any, Any]:
+    net = getattr(model, "net", model)
+    paradigm = paradigm if paradigm is not None else getattr(model, "paradigm", None)
+    if paradigm is None:
+        raise ValueError("paradigm: pass a LoadedModel or paradigm=make_paradigm(...)")
+    return net, paradigm
+
+
+def _as_list(ids: list[int] | torch.Tensor, name: str) -> list[int]:
+    if isinstance(ids, torch.Tensor):
+        if ids.dim() != 1:
+            raise ValueError(f"{name} must be 1-D (batch size 1), got shape {tuple(ids.shape)}")
+        ids = ids.tolist()
+    return [int(i) for i in ids]

@@ -1,0 +1,279 @@
+"""Decoding policies: which tokens each forward commits and queries, and which it accepts.
+
+One policy per paradigm's sampler; the loop in `setdiff.sampling.loop` is shared. A policy is a
+frozen record of its options with two methods:
+- ``plan(state) -> Plan | None``: the next forward (None = done);
+- ``select(state, plan, logits, ctx) -> (positions, tokens)``: what that forward decodes.
+
+Policies:
+- `ARPolicy`: next-token decoding; each forward commits the previous token and predicts the next.
+- `SetPolicy` (setdlm): prefill the given tokens, then a sliding window of W masked positions from
+  the leftmost undecoded one; accept the most confident plus every one with confidence >= tau;
+  accepted tokens are committed (left to right) by the next forward, fused with the next
+  queries. ``window="all"`` = any-order decoding. A suffix in the canvas = infilling.
+- `AnyOrderPolicy` (aogpt): one token per step, in random or confidence order, with linear
+  temperature annealing.
+- `BlockPolicy` (bd3lm): blocks of S in order; queries see their whole block; the finished block
+  is committed by the first forward of the next one.
+- `MDLMPolicy` (mdlm): no cache; every forward sees the whole canvas; semi-autoregressive chunks,
+  confidence- or random-order unmasking.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+import torch
+
+from setdiff.config import check, frozen
+from setdiff.sampling.logits import accept_confident, choose_tokens
+from setdiff.sampling.state import DecodeState, Plan
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DecodeContext:
+    mask_id: int
+    generator: torch.Generator
+    n_new: int
+
+
+def parse_threshold(threshold: float | str | None) -> float | None:
+    """None or "off" = no threshold; otherwise a confidence in (0, 1]."""
+    if threshold is None or threshold == "off":
+        return None
+    if isinstance(threshold, str) or not 0 < float(threshold) <= 1:
+        raise ValueError(f"threshold must be in (0, 1] or 'off', got {threshold!r}")
+    return float(threshold)
+
+
+def _check_sampling(temperature: float, top_p: float) -> None:
+    check(temperature >= 0, f"temperature must be >= 0, got {temperature}")
+    check(0 < top_p <= 1, f"top_p must be in (0, 1], got {top_p}")
+
+
+def _causal_plan(state: DecodeState, commit: torch.Tensor, queries: torch.Tensor) -> Plan:
+    groups = torch.arange(commit.numel()) + state.next_group
+    return Plan(commit, groups, queries, torch.eye(queries.numel(), dtype=torch.bool))
+
+
+class _Options:
+    """Mixin: build a policy from a dict of user options, naming unknown ones."""
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any], **fixed: Any) -> Any:
+        known = {f.name for f in dataclasses.fields(cls)} - set(fixed)  # type: ignore[arg-type]
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown decode option(s) {unknown} for {cls.__name__}; known: {sorted(known)}"
+            )
+        return cls(**options, **fixed)
+
+
+@frozen
+class ARPolicy(_Options):
+    temperature: float = 0.0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_sampling(self.temperature, self.top_p)
+
+    def plan(self, state: DecodeState) -> Plan | None:
+        if not state.has_masks:
+            return None
+        commit = state.uncommitted_decoded()
+        check(commit.numel() > 0, "ar decoding needs a non-empty prompt")
+        return _causal_plan(state, commit, torch.empty(0, dtype=torch.long))
+
+    def select(
+        self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens, _ = choose_tokens(
+            logits[-1:], mask_id=ctx.mask_id, temperature=self.temperature, top_p=self.top_p,
+            generator=ctx.generator,
+        )
+        return torch.tensor([state.frontier()]), tokens
+
+
+@frozen
+class SetPolicy(_Options):
+    window: int | Literal["all"] = 4
+    """W: masked positions predicted per step, from the leftmost undecoded one; "all" = any order."""
+    threshold: float | str | None = None
+    """tau: also accept every window token with confidence >= tau; None / "off" = one per step."""
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_window: int = 8
+    """s_max of the trained schedule: windows wider than this were never trained (fixed)."""
+
+    def __post_init__(self) -> None:
+        _check_sampling(self.temperature, self.top_p)
+        parse_threshold(self.threshold)
+        if self.window != "all":
+            check(
+                isinstance(self.window, int) and self.window >= 1,
+                f"window must be an int >= 1 or 'all', got {self.window!r}",
+            )
+            check(
+                self.window <= self.max_window,
+                f"window W={self.window} exceeds the trained order window s_max="
+                f"{self.max_window} (use W <= 2D, or window='all' for any-order decoding)",
+            )
+
+    def plan(self, state: DecodeState) -> Plan | None:
+        if not state.has_masks:
+            return None
+        commit = state.uncommitted_decoded()
+        if not state.committed:  # prefill: every given token, causal in position order
+            return _causal_plan(state, commit, torch.empty(0, dtype=torch.long))
+        masked = state.is_masked.nonzero().flatten()
+        if self.window != "all":
+            masked = masked[masked < state.frontier() + self.window]
+        return _causal_plan(state, commit, masked)
+
+    def select(
+        self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        m = plan.queries.numel()
+        if m == 0:
+            return plan.queries, plan.queries
+        tokens, confidence = choose_tokens(
+            logits[-m:], mask_id=ctx.mask_id, temperature=self.temperature, top_p=self.top_p,
+            generator=ctx.generator,
+        )
+        keep = accept_confident(confidence, parse_threshold(self.threshold))
+        return plan.queries[keep], tokens[keep]
+
+
+@frozen
+class AnyOrderPolicy(_Options):
+    order: Literal["random", "confidence"] = "random"
+    temperature: float = 0.0
+    final_temperature: float | None = None
+    """Anneal the temperature linearly to this value over the generation (None = constant)."""
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        check(self.order in ("random", "confidence"), f"order must be random|confidence, got {self.order!r}")
+        _check_sampling(self.temperature, self.top_p)
+        check(self.final_temperature is None or self.final_temperature >= 0, "final_temperature must be >= 0")
+
+    def plan(self, state: DecodeState) -> Plan | None:
+        if not state.has_masks:
+            return None
+        commit = state.uncommitted_decoded()
+        if not state.committed:
+            return _causal_plan(state, commit, torch.empty(0, dtype=torch.long))
+        masked = state.is_masked.nonzero().flatten()
+        return _causal_plan(state, commit, masked)
+
+    def temperature_at(self, done: int, total: int) -> float:
+        if self.final_temperature is None:
+            return self.temperature
+        frac = done / max(total - 1, 1)
+        return self.temperature + (self.final_temperature - self.temperature) * frac
+
+    def select(
+        self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        m = plan.queries.numel()
+        if m == 0:
+            return plan.queries, plan.queries
+        temperature = self.temperature_at(ctx.n_new - m, ctx.n_new)
+        if self.order == "random":
+            i = int(torch.randint(m, (1,), generator=ctx.generator))
+            tokens, _ = choose_tokens(
+                logits[-m + i :][:1], mask_id=ctx.mask_id, temperature=temperature,
+                top_p=self.top_p, generator=ctx.generator,
+            )
+            return plan.queries[i : i + 1], tokens
+        tokens, confidence = choose_tokens(
+            logits[-m:], mask_id=ctx.mask_id, temperature=temperature, top_p=self.top_p,
+            generator=ctx.generator,
+        )
+        best = confidence.argmax().reshape(1)
+        return plan.queries[best], tokens[best]
+
+
+@frozen
+class BlockPolicy(_Options):
+    block_size: int = 4
+    """S, fixed by the trained model."""
+    threshold: float | str | None = None
+    temperature: float = 0.0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_sampling(self.temperature, self.top_p)
+        parse_threshold(self.threshold)
+
+    def plan(self, state: DecodeState) -> Plan | None:
+        if not state.has_masks:
+            return None
+        S = self.block_size
+        start = state.frontier() // S * S
+        commit = state.uncommitted_decoded(below=start)
+        groups = commit // S  # finished blocks: bidirectional within, causal across
+        if not state.committed and commit.numel():  # prefill the prompt's full blocks
+            return Plan(commit, groups, torch.empty(0, dtype=torch.long), torch.ones(0, 0, dtype=torch.bool))
+        queries = torch.arange(start, min(start + S, state.canvas.numel()))
+        return Plan(commit, groups, queries, torch.ones(len(queries), len(queries), dtype=torch.bool))
+
+    def select(
+        self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        m = plan.queries.numel()
+        if m == 0:
+            return plan.queries, plan.queries
+        masked = state.is_masked[plan.queries]
+        tokens, confidence = choose_tokens(
+            logits[-m:][masked], mask_id=ctx.mask_id, temperature=self.temperature,
+            top_p=self.top_p, generator=ctx.generator,
+        )
+        keep = accept_confident(confidence, parse_threshold(self.threshold))
+        return plan.queries[masked][keep], tokens[keep]
+
+
+@frozen
+class MDLMPolicy(_Options):
+    chunk_size: int = 32
+    """Semi-autoregressive chunk: positions unmasked chunk by chunk, left to right."""
+    order: Literal["confidence", "random"] = "confidence"
+    threshold: float | str | None = None
+    temperature: float = 0.0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        check(self.chunk_size >= 1, f"chunk_size must be >= 1, got {self.chunk_size}")
+        check(self.order in ("random", "confidence"), f"order must be random|confidence, got {self.order!r}")
+        _check_sampling(self.temperature, self.top_p)
+        parse_threshold(self.threshold)
+
+    def plan(self, state: DecodeState) -> Plan | None:
+        if not state.has_masks:
+            return None
+        queries = torch.arange(state.canvas.numel())
+        empty = torch.empty(0, dtype=torch.long)
+        return Plan(empty, empty, queries, torch.ones(len(queries), len(queries), dtype=torch.bool))
+
+    def select(
+        self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        chunk = (state.frontier() - state.gen_start) // self.chunk_size
+        lo = state.gen_start + chunk * self.chunk_size
+        candidates = state.is_masked.nonzero().flatten()
+        candidates = candidates[candidates < lo + self.chunk_size]
+        tokens, confidence = choose_tokens(
+            logits[candidates], mask_id=ctx.mask_id, temperature=self.temperature,
+            top_p=self.top_p, generator=ctx.generator,
+        )
+        if self.order == "random":
+            pick = torch.randint(len(candidates), (1,), generator=ctx.generator)
+            confidence = confidence.clone()
+            confidence[pick] = float("inf")
+        keep = accept_confident(confidence, parse_threshold(self.threshold))
+        return candidates[keep], tokens[keep]
+
+
+DecodePolicy = ARPolicy | SetPolicy | AnyOrderPolicy | BlockPolicy | MDLMPolicy

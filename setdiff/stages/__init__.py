@@ -1,0 +1,1 @@
+"""Pipeline stages: each module parses --params and paths, calls the library, writes outputs."""
