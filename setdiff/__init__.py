@@ -1,1 +1,26 @@
-"""setdiff: set diffusion language models and their baselines."""
+"""setdiff: set diffusion language models and their baselines (AR, MDLM, BD3LM, AO-GPT).
+
+Public API:
+- `load_model(path)` -> `LoadedModel` (backbone, paradigm, tokenizer)
+- `generate(model, prompt_ids, *, max_new_tokens, **policy_options)` -> `GenerateResult`
+- `make_paradigm(name, config, mask_id=...)`, `Transformer`, `ModelConfig`
+- `setdiff.masks.set_causal_mask`, `setdiff.masks.block_diffusion_mask`
+
+Importing setdiff has no side effects (no torch settings are changed).
+"""
+
+from setdiff.artifacts import LoadedModel, load_model
+from setdiff.model import ModelConfig, Transformer
+from setdiff.paradigm import PARADIGMS, make_paradigm
+from setdiff.sampling.loop import GenerateResult, generate
+
+__all__ = [
+    "PARADIGMS",
+    "GenerateResult",
+    "LoadedModel",
+    "ModelConfig",
+    "Transformer",
+    "generate",
+    "load_model",
+    "make_paradigm",
+]

@@ -94,7 +94,9 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
         _, item = get_args(hint)
-        return types.MappingProxyType({k: _coerce(item, v, f"{where}.{k}") for k, v in value.items()})
+        return types.MappingProxyType(
+            {k: _coerce(item, v, f"{where}.{k}") for k, v in value.items()}
+        )
     if dataclasses.is_dataclass(hint):
         return build(hint, value, where)
     if hint is Any:

@@ -39,9 +39,7 @@ class KVCache:
         """Entries dropped from the left on overflow, over the cache's lifetime."""
 
     @classmethod
-    def for_model(
-        cls, model: torch.nn.Module, capacity: int, batch_size: int = 1
-    ) -> KVCache:
+    def for_model(cls, model: torch.nn.Module, capacity: int, batch_size: int = 1) -> KVCache:
         config = model.config
         param = next(model.parameters())
         return cls(

@@ -89,7 +89,9 @@ class StaggeredSchedule:
         return loc + b * -torch.expm1(-exp / k)
 
 
-def order_from_times(times: torch.Tensor, is_context: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+def order_from_times(
+    times: torch.Tensor, is_context: torch.Tensor, valid: torch.Tensor
+) -> torch.Tensor:
     """Sort first-hitting times into an order, pinning context first and padding last.
 
     Args:

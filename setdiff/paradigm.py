@@ -83,6 +83,25 @@ def _reduce(nll: torch.Tensor, weight: torch.Tensor, n_tokens: torch.Tensor) -> 
     return LossOutput(loss=loss, nll_sum=nll_sum.detach(), n_tokens=n_tokens)
 
 
+def _reduce_masked(
+    nll: torch.Tensor, masked: torch.Tensor, t: torch.Tensor, n_tokens: torch.Tensor
+) -> LossOutput:
+    """Masked-diffusion reduction (MDLM, BD3LM).
+
+    Training objective: per sequence, the mean cross-entropy over its masked tokens (the
+    reference recipe's low-variance surrogate of the 1/t weighting); sequences with no mask
+    drawn are skipped. Reported NLL: the continuous-time NELBO, sum of CE / t over masked tokens
+    (weight -alpha'/(1 - alpha) = 1/t for the linear schedule), an unbiased bound estimate.
+    """
+    masked_f = masked.float()
+    n_masked = masked_f.sum(-1)
+    per_seq = (nll * masked_f).sum(-1) / n_masked.clamp(min=1)
+    has = n_masked > 0
+    loss = per_seq[has].mean() if has.any() else per_seq.sum() * 0
+    nll_sum = (nll * masked_f / t).sum(-1).detach()
+    return LossOutput(loss=loss, nll_sum=nll_sum, n_tokens=n_tokens)
+
+
 def _masked_nll(logits: torch.Tensor, targets: torch.Tensor, mask_id: int) -> torch.Tensor:
     """(B, T) NLL with the [MASK] logit at -inf (zero-masking parameterization)."""
     logits = logits.float()
@@ -183,7 +202,9 @@ class AR:
     def __init__(self, config: ARConfig, mask_id: int) -> None:
         self.config, self.mask_id = config, mask_id
 
-    def loss(self, model: Transformer, batch: Batch, generator: torch.Generator | None = None) -> LossOutput:
+    def loss(
+        self, model: Transformer, batch: Batch, generator: torch.Generator | None = None
+    ) -> LossOutput:
         tokens = batch.tokens
         L = tokens.shape[1]
         mask = causal_mask(L).to(tokens.device)
@@ -202,7 +223,9 @@ class MDLM:
     def __init__(self, config: MDLMConfig, mask_id: int) -> None:
         self.config, self.mask_id = config, mask_id
 
-    def loss(self, model: Transformer, batch: Batch, generator: torch.Generator | None = None) -> LossOutput:
+    def loss(
+        self, model: Transformer, batch: Batch, generator: torch.Generator | None = None
+    ) -> LossOutput:
         tokens, targets = batch.tokens, batch.is_target
         B, L = tokens.shape
         # Antithetic (stratified) t over the batch lowers the variance of the NELBO estimate.
@@ -210,13 +233,16 @@ class MDLM:
         t = ((u + torch.arange(B) / B) % 1.0).to(tokens.device)
         t = t * (1 - self.config.eps) + self.config.eps  # (B,)
         p_mask = (1 - self.config.eps) * t
-        masked = targets & (torch.rand(B, L, generator=generator).to(tokens.device) < p_mask[:, None])
+        masked = targets & (
+            torch.rand(B, L, generator=generator).to(tokens.device) < p_mask[:, None]
+        )
         xt = torch.where(masked, self.mask_id, tokens)
-        mask = with_key_padding(torch.ones(L, L, dtype=torch.bool, device=tokens.device), batch.valid)
+        mask = with_key_padding(
+            torch.ones(L, L, dtype=torch.bool, device=tokens.device), batch.valid
+        )
         logits = model(xt, batch.positions, mask)
         nll = _masked_nll(logits, tokens, self.mask_id)
-        # Continuous-time NELBO weight -alpha'/(1 - alpha) = 1/t for the log-linear schedule.
-        return _reduce(nll, masked.float() / t[:, None], targets.sum(-1))
+        return _reduce_masked(nll, masked, t[:, None], targets.sum(-1))
 
     def decode_policy(self, options: dict[str, Any]) -> DecodePolicy:
         from setdiff.sampling.policies import MDLMPolicy
@@ -228,7 +254,9 @@ class BD3LM:
     def __init__(self, config: BD3LMConfig, mask_id: int) -> None:
         self.config, self.mask_id = config, mask_id
 
-    def loss(self, model: Transformer, batch: Batch, generator: torch.Generator | None = None) -> LossOutput:
+    def loss(
+        self, model: Transformer, batch: Batch, generator: torch.Generator | None = None
+    ) -> LossOutput:
         tokens, targets = batch.tokens, batch.is_target
         B, L = tokens.shape
         S, eps = self.config.block_size, self.config.eps
@@ -236,35 +264,18 @@ class BD3LM:
         t_blocks = torch.rand(B, n_blocks, generator=generator).to(tokens.device) * (1 - eps) + eps
         t = t_blocks.repeat_interleave(S, dim=1)[:, :L]  # (B, L)
         masked = targets & (torch.rand(B, L, generator=generator).to(tokens.device) < (1 - eps) * t)
-        masked = _force_one_mask_per_block(masked, targets, S, generator)
         xt = torch.where(masked, self.mask_id, tokens)
         valid2 = torch.cat((batch.valid, batch.valid), dim=1)
         mask = with_key_padding(block_diffusion_mask(L, S).to(tokens.device), valid2)
         positions = torch.cat((batch.positions, batch.positions))
         logits = model(torch.cat((tokens, xt), dim=1), positions, mask)[:, L:]
         nll = _masked_nll(logits, tokens, self.mask_id)
-        return _reduce(nll, masked.float() / t, targets.sum(-1))
+        return _reduce_masked(nll, masked, t, targets.sum(-1))
 
     def decode_policy(self, options: dict[str, Any]) -> DecodePolicy:
         from setdiff.sampling.policies import BlockPolicy
 
         return BlockPolicy.from_options(options, block_size=self.config.block_size)
-
-
-def _force_one_mask_per_block(
-    masked: torch.Tensor, targets: torch.Tensor, block_size: int, generator: torch.Generator | None
-) -> torch.Tensor:
-    """Every block with a target gets at least one mask (a random target of that block)."""
-    B, L = masked.shape
-    pad = -L % block_size
-    m = F.pad(masked, (0, pad)).view(B, -1, block_size)
-    tg = F.pad(targets, (0, pad)).view(B, -1, block_size)
-    needs = tg.any(-1) & ~m.any(-1)  # (B, n_blocks)
-    if needs.any():
-        scores = torch.rand(tg.shape, generator=generator).to(masked.device).masked_fill(~tg, -1.0)
-        pick = F.one_hot(scores.argmax(-1), block_size).bool() & needs[..., None]
-        m = m | pick
-    return m.view(B, -1)[:, :L]
 
 
 class SetLoss:
@@ -284,7 +295,9 @@ class SetLoss:
         times = self.sample_times(batch, generator).to(batch.tokens.device)
         return order_from_times(times, batch.is_context, batch.valid)
 
-    def loss(self, model: Transformer, batch: Batch, generator: torch.Generator | None = None) -> LossOutput:
+    def loss(
+        self, model: Transformer, batch: Batch, generator: torch.Generator | None = None
+    ) -> LossOutput:
         perm = self.sample_order(batch, generator)  # (B, L)
         return self.loss_for_order(model, batch, perm)
 
@@ -346,5 +359,7 @@ def make_paradigm(name: str, config: Any | None = None, *, mask_id: int) -> Para
     config_cls, cls = PARADIGMS[name]
     config = config_cls() if config is None else config
     if not isinstance(config, config_cls):
-        raise ValueError(f"paradigm {name!r} needs a {config_cls.__name__}, got {type(config).__name__}")
+        raise ValueError(
+            f"paradigm {name!r} needs a {config_cls.__name__}, got {type(config).__name__}"
+        )
     return cls(config, mask_id)

@@ -90,7 +90,10 @@ class ARPolicy(_Options):
         self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
     ) -> tuple[torch.Tensor, torch.Tensor]:
         tokens, _ = choose_tokens(
-            logits[-1:], mask_id=ctx.mask_id, temperature=self.temperature, top_p=self.top_p,
+            logits[-1:],
+            mask_id=ctx.mask_id,
+            temperature=self.temperature,
+            top_p=self.top_p,
             generator=ctx.generator,
         )
         return torch.tensor([state.frontier()]), tokens
@@ -139,7 +142,10 @@ class SetPolicy(_Options):
         if m == 0:
             return plan.queries, plan.queries
         tokens, confidence = choose_tokens(
-            logits[-m:], mask_id=ctx.mask_id, temperature=self.temperature, top_p=self.top_p,
+            logits[-m:],
+            mask_id=ctx.mask_id,
+            temperature=self.temperature,
+            top_p=self.top_p,
             generator=ctx.generator,
         )
         keep = accept_confident(confidence, parse_threshold(self.threshold))
@@ -155,9 +161,15 @@ class AnyOrderPolicy(_Options):
     top_p: float = 1.0
 
     def __post_init__(self) -> None:
-        check(self.order in ("random", "confidence"), f"order must be random|confidence, got {self.order!r}")
+        check(
+            self.order in ("random", "confidence"),
+            f"order must be random|confidence, got {self.order!r}",
+        )
         _check_sampling(self.temperature, self.top_p)
-        check(self.final_temperature is None or self.final_temperature >= 0, "final_temperature must be >= 0")
+        check(
+            self.final_temperature is None or self.final_temperature >= 0,
+            "final_temperature must be >= 0",
+        )
 
     def plan(self, state: DecodeState) -> Plan | None:
         if not state.has_masks:
@@ -184,12 +196,18 @@ class AnyOrderPolicy(_Options):
         if self.order == "random":
             i = int(torch.randint(m, (1,), generator=ctx.generator))
             tokens, _ = choose_tokens(
-                logits[-m + i :][:1], mask_id=ctx.mask_id, temperature=temperature,
-                top_p=self.top_p, generator=ctx.generator,
+                logits[-m + i :][:1],
+                mask_id=ctx.mask_id,
+                temperature=temperature,
+                top_p=self.top_p,
+                generator=ctx.generator,
             )
             return plan.queries[i : i + 1], tokens
         tokens, confidence = choose_tokens(
-            logits[-m:], mask_id=ctx.mask_id, temperature=temperature, top_p=self.top_p,
+            logits[-m:],
+            mask_id=ctx.mask_id,
+            temperature=temperature,
+            top_p=self.top_p,
             generator=ctx.generator,
         )
         best = confidence.argmax().reshape(1)
@@ -216,9 +234,13 @@ class BlockPolicy(_Options):
         commit = state.uncommitted_decoded(below=start)
         groups = commit // S  # finished blocks: bidirectional within, causal across
         if not state.committed and commit.numel():  # prefill the prompt's full blocks
-            return Plan(commit, groups, torch.empty(0, dtype=torch.long), torch.ones(0, 0, dtype=torch.bool))
+            return Plan(
+                commit, groups, torch.empty(0, dtype=torch.long), torch.ones(0, 0, dtype=torch.bool)
+            )
         queries = torch.arange(start, min(start + S, state.canvas.numel()))
-        return Plan(commit, groups, queries, torch.ones(len(queries), len(queries), dtype=torch.bool))
+        return Plan(
+            commit, groups, queries, torch.ones(len(queries), len(queries), dtype=torch.bool)
+        )
 
     def select(
         self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
@@ -228,8 +250,11 @@ class BlockPolicy(_Options):
             return plan.queries, plan.queries
         masked = state.is_masked[plan.queries]
         tokens, confidence = choose_tokens(
-            logits[-m:][masked], mask_id=ctx.mask_id, temperature=self.temperature,
-            top_p=self.top_p, generator=ctx.generator,
+            logits[-m:][masked],
+            mask_id=ctx.mask_id,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            generator=ctx.generator,
         )
         keep = accept_confident(confidence, parse_threshold(self.threshold))
         return plan.queries[masked][keep], tokens[keep]
@@ -246,7 +271,10 @@ class MDLMPolicy(_Options):
 
     def __post_init__(self) -> None:
         check(self.chunk_size >= 1, f"chunk_size must be >= 1, got {self.chunk_size}")
-        check(self.order in ("random", "confidence"), f"order must be random|confidence, got {self.order!r}")
+        check(
+            self.order in ("random", "confidence"),
+            f"order must be random|confidence, got {self.order!r}",
+        )
         _check_sampling(self.temperature, self.top_p)
         parse_threshold(self.threshold)
 
@@ -265,8 +293,11 @@ class MDLMPolicy(_Options):
         candidates = state.is_masked.nonzero().flatten()
         candidates = candidates[candidates < lo + self.chunk_size]
         tokens, confidence = choose_tokens(
-            logits[candidates], mask_id=ctx.mask_id, temperature=self.temperature,
-            top_p=self.top_p, generator=ctx.generator,
+            logits[candidates],
+            mask_id=ctx.mask_id,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            generator=ctx.generator,
         )
         if self.order == "random":
             pick = torch.randint(len(candidates), (1,), generator=ctx.generator)

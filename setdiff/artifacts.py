@@ -1,0 +1,209 @@
+"""Files: atomic writes, model directories (safetensors + JSON config) and run ids.
+
+A model directory holds ``model.safetensors``, ``config.json`` ({"model": ..., "paradigm": ...})
+and, when known, ``tokenizer.json``. Everything is written to a temporary sibling first and moved
+into place with `os.replace`, so a killed process never leaves a half-written file behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from setdiff.config import build, to_dict
+from setdiff.model import ModelConfig, Transformer
+from setdiff.paradigm import PARADIGMS, Paradigm, make_paradigm
+
+CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = "config.json", "model.safetensors", "tokenizer.json"
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path next to `path`; on success move it over `path` atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are ordinary shared files
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_bytes(path: str | Path, payload: bytes) -> None:
+    """Write `payload` durably (fsync) and atomically: readers never see a partial file."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def write_text(path: str | Path, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    """A JSON document with sorted keys and a trailing newline, written atomically."""
+    write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def sha256_bytes(payload: bytes) -> str:
+    return hashlib.sha256(payload).hexdigest()
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """Yield a fresh temporary directory; on success it replaces `path` (old one removed)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        yield tmp
+        old = None
+        if path.exists():
+            old = path.with_name(f".{path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def run_id(*configs: Any) -> str:
+    """Short stable hash of resolved configs (dataclasses or plain data)."""
+    blob = json.dumps([to_dict(c) for c in configs], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def paradigm_record(paradigm: Paradigm) -> dict[str, Any]:
+    return {"name": paradigm.config.name, **to_dict(paradigm.config)}
+
+
+def save_model_dir(
+    directory: str | Path,
+    net: Transformer,
+    paradigm: Paradigm,
+    *,
+    tokenizer_file: str | Path | None = None,
+    state_dict: dict[str, torch.Tensor] | None = None,
+    extra: dict[str, Any] | None = None,
+    extra_files: dict[str, Path] | None = None,
+) -> None:
+    """Write a loadable model directory atomically (weights: `state_dict` or the net's own)."""
+    weights = state_dict if state_dict is not None else net.state_dict()
+    weights = {k: v.detach().to("cpu").contiguous() for k, v in weights.items()}
+    if net.config.tie_embeddings:
+        weights.pop("lm_head.weight", None)
+    config = {
+        "model": to_dict(net.config),
+        "paradigm": paradigm_record(paradigm),
+        "mask_id": paradigm.mask_id,
+        **(extra or {}),
+    }
+    with atomic_dir(directory) as tmp:
+        save_file(weights, str(tmp / WEIGHTS_FILE))
+        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        if tokenizer_file is not None:
+            shutil.copyfile(tokenizer_file, tmp / TOKENIZER_FILE)
+        for name, source in (extra_files or {}).items():
+            if Path(source).exists():
+                shutil.copyfile(source, tmp / name)
+
+
+def read_config(directory: str | Path) -> dict[str, Any]:
+    path = Path(directory) / CONFIG_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{directory} is not a setdiff model directory (no {CONFIG_FILE})")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: corrupt JSON ({err})") from None
+
+
+def load_net(directory: str | Path, device: str = "cpu") -> tuple[Transformer, Paradigm, dict]:
+    """Rebuild the backbone and paradigm of a model directory, checking the weights fit."""
+    directory = Path(directory)
+    config = read_config(directory)
+    model_config = build(ModelConfig, config["model"], f"{directory / CONFIG_FILE}: model")
+    record = dict(config["paradigm"])
+    name = record.pop("name")
+    if name not in PARADIGMS:
+        raise ValueError(f"{directory}: unknown paradigm {name!r}")
+    paradigm_config = build(PARADIGMS[name][0], record, f"{directory / CONFIG_FILE}: paradigm")
+    paradigm = make_paradigm(name, paradigm_config, mask_id=int(config["mask_id"]))
+    net = Transformer(model_config)
+    load_weights(net, directory / WEIGHTS_FILE)
+    return net.to(device).eval(), paradigm, config
+
+
+def load_weights(net: Transformer, path: str | Path) -> None:
+    """Load safetensors weights into `net`, naming missing/unexpected/mis-shaped tensors."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"missing weights file {path}")
+    try:
+        weights = load_file(str(path))
+    except Exception as err:  # safetensors raises its own error types for corrupt files
+        raise ValueError(f"{path}: unreadable safetensors file ({err})") from None
+    expected = net.state_dict()
+    if net.config.tie_embeddings:
+        expected.pop("lm_head.weight", None)
+    missing = sorted(set(expected) - set(weights))
+    unexpected = sorted(set(weights) - set(expected))
+    shapes = [
+        f"{k}: {tuple(weights[k].shape)} vs {tuple(v.shape)}"
+        for k, v in expected.items()
+        if k in weights and weights[k].shape != v.shape
+    ]
+    if missing or unexpected or shapes:
+        raise ValueError(
+            f"{path}: weights do not fit the model config "
+            f"(missing {missing[:5]}, unexpected {unexpected[:5]}, shape mismatches {shapes[:5]})"
+        )
+    net.load_state_dict(weights, strict=not net.config.tie_embeddings)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LoadedModel:
+    """A trained model ready to decode: backbone, paradigm and (when saved) tokenizer."""
+
+    net: Transformer
+    paradigm: Paradigm
+    tokenizer: Any | None
+    path: Path
+
+
+def load_model(path: str | Path, device: str = "cpu") -> LoadedModel:
+    """Load a model directory written by the train stage (or `save_model_dir`)."""
+    from setdiff.tokenizer import load_tokenizer
+
+    path = Path(path)
+    net, paradigm, _ = load_net(path, device)
+    tokenizer_path = path / TOKENIZER_FILE
+    tokenizer = load_tokenizer(tokenizer_path) if tokenizer_path.exists() else None
+    return LoadedModel(net=net, paradigm=paradigm, tokenizer=tokenizer, path=path)

@@ -1,0 +1,118 @@
+"""Held-out likelihood and answer accuracy of one model. Pure: records and tensors in, rows out.
+
+- `likelihood`: corpus NLL per token = sum NLL / sum target tokens, with the paradigm's own
+  training forward (one sampled order or noise level per sequence, fixed seed). Exact for AR;
+  an upper bound (NELBO / order-specific AR NLL) for the others. PPL = exp of it.
+- `answer_rows`: greedy (or configured) decoding of each prompt with the paradigm's sampler,
+  scored with the task generator's own checker; one row per example with the token accounting
+  (new tokens up to and including EOS, NFE, forward seconds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from setdiff.artifacts import LoadedModel
+from setdiff.batching import ArraySplit
+from setdiff.data import ARITH_MARKER, GSM_MARKER, extract_answer, score_arith, score_gsm
+from setdiff.sampling.loop import generate
+
+ANSWER_TASKS: dict[str, tuple[str, Callable[[str | None, Mapping[str, Any]], float]]] = {
+    "arith": (ARITH_MARKER, score_arith),
+    "gsm": (GSM_MARKER, score_gsm),
+}
+"""Tasks with a checkable answer: the marker before the answer and the generator's scorer."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Likelihood:
+    nll_per_token: float
+    n_tokens: int
+    n_sequences: int
+    is_exact: bool
+
+    @property
+    def ppl(self) -> float:
+        return math.exp(self.nll_per_token)
+
+
+@torch.no_grad()
+def likelihood(
+    model: LoadedModel, split: ArraySplit, *, batch_size: int, seed: int, limit: int | None = None
+) -> Likelihood:
+    net, paradigm = model.net, model.paradigm
+    net.eval()
+    device = next(net.parameters()).device
+    generator = torch.Generator().manual_seed(seed)
+    nll, tokens, sequences = 0.0, 0, 0
+    for batch in split.iterate(batch_size, limit):
+        out = paradigm.loss(net, batch.to(device), generator)
+        nll += float(out.nll_sum.sum())
+        tokens += int(out.n_tokens.sum())
+        sequences += batch.tokens.shape[0]
+    if tokens == 0:
+        raise ValueError("likelihood: the split has no target tokens")
+    return Likelihood(nll / tokens, tokens, sequences, paradigm.config.name == "ar")
+
+
+def answer_rows(
+    model: LoadedModel,
+    records: Iterable[Mapping[str, Any]],
+    *,
+    task: str,
+    seq_len: int,
+    decode_options: Mapping[str, Any],
+    show_progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Decode and score each record's prompt; raises for tasks without answers."""
+    if task not in ANSWER_TASKS:
+        raise ValueError(f"task {task!r} has no checkable answers; known: {sorted(ANSWER_TASKS)}")
+    if model.tokenizer is None:
+        raise ValueError(f"{model.path}: model directory has no tokenizer.json")
+    marker, scorer = ANSWER_TASKS[task]
+    tok = model.tokenizer
+    rows = []
+    for i, record in enumerate(
+        tqdm(list(records), desc=f"decode {task}", disable=not show_progress)
+    ):
+        prompt = [tok.bos_id] + tok.encode(record["prompt"])
+        if len(prompt) >= seq_len:
+            raise ValueError(
+                f"example {i}: prompt of {len(prompt)} tokens leaves no room in {seq_len}"
+            )
+        tic = time.perf_counter()
+        result = generate(
+            model,
+            prompt,
+            max_new_tokens=seq_len - len(prompt),
+            stop_ids=[tok.eos_id],
+            **decode_options,
+        )
+        seconds = time.perf_counter() - tic
+        text = tok.decode(result.tokens)
+        answer = extract_answer(text, marker)
+        score = scorer(answer, record["entry"])
+        rows.append(
+            {
+                "index": i,
+                "prompt_tokens": len(prompt),
+                "new_tokens": len(result.tokens),
+                "nfe": result.nfe,
+                "seconds": seconds,
+                "forward_seconds": result.forward_seconds,
+                "stopped": result.stopped,
+                "text": text,
+                "answer": answer,
+                "reference": str(record["answer"]),
+                "score": score,
+                "exact": float(score == 1.0),
+            }
+        )
+    return rows

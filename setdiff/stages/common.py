@@ -1,0 +1,108 @@
+"""What every stage shares: argument parsing, the path layout, and the model-shape section.
+
+Path layout (all relative to the repository root, all DVC outputs):
+    data/<task>/raw/        prepare      data/<task>/tokenizer/  tokenize
+    data/<task>/encoded/    tokenize     models/<task>/<paradigm>/  train
+    metrics/<stage>/<task>/<paradigm>.json                        metrics
+    checkpoints/<task>/<paradigm>/  resumable training state (scratch, not a DVC output)
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+from setdiff.config import ConfigError, build, check, frozen
+from setdiff.data import check_task
+from setdiff.model import ModelConfig
+from setdiff.paradigm import PARADIGMS
+from setdiff.params import Params
+
+
+def parse_args(argv: list[str], description: str, *, paradigm: bool = True) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="setdiff", description=description)
+    parser.add_argument(
+        "--params", default="params.yaml", help="params file (default: params.yaml)"
+    )
+    parser.add_argument("--task", required=True, help="task name: arith | gsm | text")
+    if paradigm:
+        parser.add_argument("--paradigm", required=True, help=f"one of {', '.join(PARADIGMS)}")
+    parser.add_argument("--root", default=".", help="directory holding data/, models/, metrics/")
+    args = parser.parse_args(argv)
+    check_task(args.task)
+    if paradigm and args.paradigm not in PARADIGMS:
+        raise ConfigError(
+            f"--paradigm: unknown paradigm {args.paradigm!r}; choose one of {list(PARADIGMS)}"
+        )
+    return args
+
+
+def setup_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+class Layout:
+    """Paths of one (task, paradigm) cell under `root`."""
+
+    def __init__(self, root: str | Path, task: str, paradigm: str = "") -> None:
+        self.root, self.task, self.paradigm = Path(root), task, paradigm
+
+    @property
+    def raw(self) -> Path:
+        return self.root / "data" / self.task / "raw"
+
+    @property
+    def tokenizer(self) -> Path:
+        return self.root / "data" / self.task / "tokenizer" / "tokenizer.json"
+
+    def encoded(self, split: str) -> Path:
+        return self.root / "data" / self.task / "encoded" / f"{split}.npz"
+
+    def model(self, paradigm: str | None = None) -> Path:
+        return self.root / "models" / self.task / (paradigm or self.paradigm)
+
+    def metrics(self, stage: str) -> Path:
+        return self.root / "metrics" / stage / self.task / f"{self.paradigm}.json"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints" / self.task / self.paradigm
+
+
+def model_config(params: Params, task: str, vocab_size: int, seq_len: int) -> ModelConfig:
+    """`model.<task>` plus the vocabulary and context derived from the tokenized data."""
+    section = dict(params.get_path(f"model.{task}"))
+    derived = sorted({"vocab_size", "max_seq_len"} & set(section))
+    if derived:
+        raise ConfigError(
+            f"{params.path}: model.{task}: {derived} are derived from the tokenizer/seq_len; remove them"
+        )
+    return build(
+        ModelConfig,
+        {**section, "vocab_size": vocab_size, "max_seq_len": seq_len},
+        f"{params.path}: model.{task}",
+    )
+
+
+def paradigm_config(params: Params, name: str) -> Any:
+    return params.section(f"paradigm.{name}", PARADIGMS[name][0])
+
+
+@frozen
+class StudyConfig:
+    """Which cells the pipeline runs (read by dvc.yaml's foreach/matrix)."""
+
+    tasks: tuple[str, ...]
+    diffusion: tuple[str, ...] = ("mdlm", "bd3lm", "aogpt", "setdlm")
+    """Paradigms trained after (and, with init_from_ar, from) the AR model."""
+
+    def __post_init__(self) -> None:
+        check(len(self.tasks) > 0, "tasks must not be empty")
+        for task in self.tasks:
+            check_task(task)
+        unknown = [p for p in self.diffusion if p not in PARADIGMS or p == "ar"]
+        check(not unknown, f"diffusion: unknown or non-diffusion paradigms {unknown}")

@@ -1,0 +1,98 @@
+"""DVC stage ``evaluate``: held-out likelihood bound / perplexity (+ accuracy where answers exist).
+
+``setdiff evaluate --task arith --paradigm setdlm`` reads ``evaluate`` and ``decode.<paradigm>``,
+loads ``models/<task>/<paradigm>``, and writes ``metrics/evaluate/<task>/<paradigm>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from setdiff.artifacts import load_model, write_json
+from setdiff.batching import ArraySplit
+from setdiff.config import check, frozen
+from setdiff.data import from_jsonl
+from setdiff.evaluate import ANSWER_TASKS, answer_rows, likelihood
+from setdiff.params import load_params
+from setdiff.stages.common import Layout, parse_args, setup_logging
+
+log = logging.getLogger(__name__)
+
+
+@frozen
+class EvalConfig:
+    n_likelihood: int = 500
+    """Test sequences scored for the likelihood bound (the first ones)."""
+    n_answers: int = 200
+    """Test prompts decoded and scored (tasks with answers only)."""
+    batch_size: int = 64
+    seed: int = 0
+    """Seed of the order/noise sampled per sequence and of the sampler."""
+    threads: int = 0
+    """torch intra-op threads; 0 = torch's default."""
+
+    def __post_init__(self) -> None:
+        check(self.n_likelihood >= 1, "n_likelihood must be >= 1")
+        check(self.n_answers >= 0, "n_answers must be >= 0")
+        check(self.batch_size >= 1, "batch_size must be >= 1")
+
+
+def main(argv: list[str]) -> None:
+    import torch
+
+    args = parse_args(argv, "Held-out likelihood (and answer accuracy) of one model.")
+    setup_logging()
+    params = load_params(args.params)
+    config = params.section("evaluate", EvalConfig)
+    decode_options: dict[str, Any] = dict(params.get_path(f"decode.{args.paradigm}") or {})
+    layout = Layout(args.root, args.task, args.paradigm)
+    model = load_model(layout.model())
+    model.paradigm.decode_policy(decode_options)  # validate the options before any compute
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    test = ArraySplit.load(layout.encoded("test"))
+    lik = likelihood(
+        model, test, batch_size=config.batch_size, seed=config.seed, limit=config.n_likelihood
+    )
+    metrics: dict[str, Any] = {
+        "task": args.task,
+        "paradigm": args.paradigm,
+        "nll_per_token": lik.nll_per_token,
+        "ppl": lik.ppl,
+        "likelihood_is_exact": lik.is_exact,
+        "n_tokens": lik.n_tokens,
+        "n_sequences": lik.n_sequences,
+    }
+    if args.task in ANSWER_TASKS and config.n_answers > 0:
+        records = from_jsonl((layout.raw / "test.jsonl").read_bytes())[: config.n_answers]
+        rows = answer_rows(
+            model,
+            records,
+            task=args.task,
+            seq_len=test.seq_len,
+            decode_options={"seed": config.seed, **decode_options},
+        )
+        n = len(rows)
+        new_tokens = sum(r["new_tokens"] for r in rows)
+        metrics.update(
+            {
+                "accuracy": sum(r["exact"] for r in rows) / n,
+                "score": sum(r["score"] for r in rows) / n,
+                "n_answers": n,
+                "tokens_per_forward": new_tokens / sum(r["nfe"] for r in rows),
+                "tokens_per_second": new_tokens / sum(r["seconds"] for r in rows),
+                "decode_options": decode_options,
+            }
+        )
+        samples = layout.metrics("evaluate").with_suffix(".samples.jsonl")
+        samples.parent.mkdir(parents=True, exist_ok=True)
+        samples.write_text("".join(json.dumps(r) + "\n" for r in rows[:20]))
+    log.info(
+        "%s/%s: %s",
+        args.task,
+        args.paradigm,
+        {k: v for k, v in metrics.items() if isinstance(v, float)},
+    )
+    write_json(layout.metrics("evaluate"), metrics)

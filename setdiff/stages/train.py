@@ -1,0 +1,121 @@
+"""DVC stages ``train_ar`` and ``train``: train one (task, paradigm) model, resumably.
+
+``setdiff train --task arith --paradigm setdlm`` reads ``model.<task>``, ``train.<task>`` and
+``paradigm.<paradigm>``; writes ``models/<task>/<paradigm>/`` (weights, config, tokenizer,
+``train_log.jsonl``) and ``metrics/train/<task>/<paradigm>.json``. Diffusion paradigms start from
+``models/<task>/ar`` when ``train.<task>.init_from_ar`` is true (the paper's recipe). Training
+state is checkpointed under ``checkpoints/<task>/<paradigm>/<run id>/``; re-running after a kill
+resumes there, and a changed config starts a fresh run id.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+import torch
+
+from setdiff.artifacts import load_weights, read_config, run_id, save_model_dir, write_json
+from setdiff.batching import ArraySplit
+from setdiff.config import ConfigError, frozen, to_dict
+from setdiff.model import Transformer
+from setdiff.paradigm import make_paradigm
+from setdiff.params import load_params
+from setdiff.stages.common import Layout, model_config, paradigm_config, parse_args, setup_logging
+from setdiff.tokenizer import load_tokenizer
+from setdiff.train import TrainConfig, train
+
+log = logging.getLogger(__name__)
+
+
+@frozen
+class TaskTrainConfig:
+    """``train.<task>``: one recipe for AR, one for the diffusion paradigms."""
+
+    ar: TrainConfig
+    diffusion: TrainConfig
+    init_from_ar: bool = True
+    """Start diffusion paradigms from this task's trained AR weights (else from scratch)."""
+
+    def for_paradigm(self, name: str) -> TrainConfig:
+        return self.ar if name == "ar" else self.diffusion
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv, "Train one (task, paradigm) model; resumable.")
+    setup_logging()
+    params = load_params(args.params)
+    layout = Layout(args.root, args.task, args.paradigm)
+    recipe = params.section(f"train.{args.task}", TaskTrainConfig)
+    config = recipe.for_paradigm(args.paradigm)
+    paradigm_cfg = paradigm_config(params, args.paradigm)
+    tokenizer = load_tokenizer(layout.tokenizer)
+    train_split = ArraySplit.load(layout.encoded("train"))
+    valid_split = ArraySplit.load(layout.encoded("valid"))
+    net_config = model_config(params, args.task, tokenizer.vocab_size, train_split.seq_len)
+    init = layout.model("ar") if args.paradigm != "ar" and recipe.init_from_ar else None
+    if init is not None and not (init / "model.safetensors").exists():
+        raise ConfigError(
+            f"train.{args.task}.init_from_ar is true but {init} has no trained AR model"
+        )
+
+    torch.manual_seed(config.seed)
+    net = Transformer(net_config)
+    if init is not None:
+        init_config = read_config(init)["model"]
+        if init_config != to_dict(net_config):
+            raise ConfigError(
+                f"{init}: AR model shape {init_config} differs from model.{args.task}"
+            )
+        load_weights(net, init / "model.safetensors")
+        log.info("initialised %s from %s", args.paradigm, init)
+    paradigm = make_paradigm(args.paradigm, paradigm_cfg, mask_id=tokenizer.mask_id)
+    rid = run_id(net_config, paradigm_cfg, config, str(init))
+    _drop_stale_checkpoints(layout, rid)
+    log.info(
+        "%s/%s: %.2fM parameters, run %s", args.task, args.paradigm, net.num_parameters() / 1e6, rid
+    )
+
+    out = layout.model()
+    log_path = layout.checkpoints / rid / "train_log.jsonl"
+    result = train(
+        net,
+        paradigm,
+        train_split,
+        valid_split,
+        config,
+        checkpoint_dir=layout.checkpoints / rid,
+        log_path=log_path,
+    )
+    extra = {"task": args.task, "run_id": rid, "init_from": str(init) if init else None}
+    save_model_dir(
+        out,
+        net,
+        paradigm,
+        tokenizer_file=layout.tokenizer,
+        state_dict=result.weights,
+        extra=extra,
+        extra_files={"train_log.jsonl": log_path},
+    )
+    write_json(
+        layout.metrics("train"),
+        {
+            "task": args.task,
+            "paradigm": args.paradigm,
+            "steps": result.steps,
+            "final_train_loss": result.final_train_loss,
+            "final_eval_loss": result.final_eval_loss,
+            "seconds": round(result.seconds, 2),
+            "resumed_from": result.resumed_from,
+            "parameters": net.num_parameters(),
+            "run_id": rid,
+        },
+    )
+
+
+def _drop_stale_checkpoints(layout: Layout, rid: str) -> None:
+    """Checkpoints of other configs of this cell can never be resumed: remove them."""
+    if layout.checkpoints.exists():
+        for path in layout.checkpoints.iterdir():
+            if path.name != rid:
+                shutil.rmtree(path, ignore_errors=True)
