@@ -97,12 +97,20 @@ class StudyConfig:
     """Which cells the pipeline runs (read by dvc.yaml's foreach/matrix)."""
 
     tasks: tuple[str, ...]
+    paradigms: tuple[str, ...] = ("ar", "mdlm", "bd3lm", "aogpt", "setdlm")
+    """Every trained paradigm; `ar` is required (it is the baseline and the initialisation)."""
     diffusion: tuple[str, ...] = ("mdlm", "bd3lm", "aogpt", "setdlm")
-    """Paradigms trained after (and, with init_from_ar, from) the AR model."""
+    """The paradigms other than `ar`, trained after it (dvc.yaml cannot compute this list)."""
 
     def __post_init__(self) -> None:
         check(len(self.tasks) > 0, "tasks must not be empty")
         for task in self.tasks:
             check_task(task)
-        unknown = [p for p in self.diffusion if p not in PARADIGMS or p == "ar"]
-        check(not unknown, f"diffusion: unknown or non-diffusion paradigms {unknown}")
+        unknown = [p for p in self.paradigms if p not in PARADIGMS]
+        check(not unknown, f"paradigms: unknown paradigms {unknown}; known {list(PARADIGMS)}")
+        check("ar" in self.paradigms, "paradigms must include ar")
+        expected = [p for p in self.paradigms if p != "ar"]
+        check(
+            list(self.diffusion) == expected,
+            f"diffusion must list paradigms without ar, in order: {expected}",
+        )

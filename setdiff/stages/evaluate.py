@@ -10,7 +10,7 @@ import json
 import logging
 from typing import Any
 
-from setdiff.artifacts import load_model, write_json
+from setdiff.artifacts import load_model, write_json, write_text
 from setdiff.batching import ArraySplit
 from setdiff.config import check, frozen
 from setdiff.data import from_jsonl
@@ -65,6 +65,7 @@ def main(argv: list[str]) -> None:
         "n_tokens": lik.n_tokens,
         "n_sequences": lik.n_sequences,
     }
+    rows: list[dict[str, Any]] = []
     if args.task in ANSWER_TASKS and config.n_answers > 0:
         records = from_jsonl((layout.raw / "test.jsonl").read_bytes())[: config.n_answers]
         rows = answer_rows(
@@ -86,13 +87,12 @@ def main(argv: list[str]) -> None:
                 "decode_options": decode_options,
             }
         )
-        samples = layout.metrics("evaluate").with_suffix(".samples.jsonl")
-        samples.parent.mkdir(parents=True, exist_ok=True)
-        samples.write_text("".join(json.dumps(r) + "\n" for r in rows[:20]))
     log.info(
         "%s/%s: %s",
         args.task,
         args.paradigm,
         {k: v for k, v in metrics.items() if isinstance(v, float)},
     )
+    samples = layout.metrics("evaluate").with_suffix(".samples.jsonl")
+    write_text(samples, "".join(json.dumps(r) + "\n" for r in rows[:20]))
     write_json(layout.metrics("evaluate"), metrics)
