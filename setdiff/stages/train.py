@@ -5,7 +5,8 @@
 ``train_log.jsonl``) and ``metrics/train/<task>/<paradigm>.json``. Diffusion paradigms start from
 ``models/<task>/ar`` when ``train.<task>.init_from_ar`` is true (the paper's recipe). Training
 state is checkpointed under ``checkpoints/<task>/<paradigm>/<run id>/``; re-running after a kill
-resumes there, and a changed config starts a fresh run id.
+resumes there, and a changed config starts a fresh run id. The checkpoint is removed once the
+model is exported.
 """
 
 from __future__ import annotations
@@ -97,6 +98,8 @@ def main(argv: list[str]) -> None:
         extra=extra,
         extra_files={"train_log.jsonl": log_path},
     )
+    # The exported model is the result; the training state was only there to survive a kill.
+    shutil.rmtree(layout.checkpoints / rid, ignore_errors=True)
     write_json(
         layout.metrics("train"),
         {

@@ -1,0 +1,39 @@
+# Two commands do all set-up on a fresh machine (see README):
+#   make run    install, then run the pipeline (`dvc repro`) on PRESET (default: default)
+#   make test   install, then run the test suite
+VENV ?= .venv
+PRESET ?= default
+BIN := $(VENV)/bin
+PYTHON ?= python3
+
+# No telemetry, no hub access, anywhere.
+export DVC_NO_ANALYTICS := 1
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export DO_NOT_TRACK := 1
+export HF_HUB_OFFLINE := 1
+export HF_HUB_DISABLE_TELEMETRY := 1
+export TRANSFORMERS_OFFLINE := 1
+export VLLM_NO_USAGE_STATS := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install run test lint clean-outputs
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	# torch is pinned exactly: a range would pull a multi-GB CUDA build on CPU machines.
+	$(BIN)/pip install --quiet torch==2.13.0 -e '.[dev]'
+	touch $@
+
+install: $(BIN)/.installed
+
+run: install
+	$(BIN)/setdiff preset $(PRESET)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/dvc repro
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/dvc metrics show
+
+test: install
+	$(BIN)/pytest -n 2 --timeout 900
+
+lint: install
+	$(BIN)/ruff check setdiff flows reports tests
+	$(BIN)/ruff format --check setdiff flows reports tests
