@@ -156,6 +156,8 @@ def train(
                 _save_state(state_path, step, net, optimizer, scheduler, generator, ema)
             if stop_requested():
                 raise KeyboardInterrupt(f"SIGTERM: checkpointed at step {step}")
+    if math.isnan(eval_loss):  # resumed from a checkpoint of the final step: nothing ran
+        eval_loss = evaluate_loss(net, paradigm, valid_split, config, ema)
     weights = (
         ema if ema is not None else {k: v.detach().clone() for k, v in net.state_dict().items()}
     )
