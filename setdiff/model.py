@@ -68,25 +68,27 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        # Normalise in float32 as HF Llama does; one fused op keeps small decode steps cheap.
+        y = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
+        return self.weight * y.to(x.dtype)
+
+
+def rope_inv_freq(head_dim: int, theta: float) -> torch.Tensor:
+    """(E/2,) rotary frequencies, as HF Llama computes them."""
+    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
 
 
 def rope_cos_sin(
-    positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
+    positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotary tables for arbitrary (e.g. permuted) position ids, in HF Llama's half-split layout.
 
     Args:
         positions: (B, T) integer position ids.
+        inv_freq: (E/2,) from `rope_inv_freq`.
     Returns:
         cos, sin: (B, 1, T, E).
     """
-    inv_freq = 1.0 / (
-        theta ** (torch.arange(0, head_dim, 2, device=positions.device).float() / head_dim)
-    )
     freqs = positions.float()[..., None] * inv_freq  # (B, T, E/2)
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
@@ -187,6 +189,10 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        # Not a parameter and not saved: derived from the config like HF's rotary embedding.
+        self.register_buffer(
+            "inv_freq", rope_inv_freq(config.head_dim, config.rope_theta), persistent=False
+        )
         self.apply(self._init_weights)
         for name, p in self.named_parameters():
             if name.endswith(("o_proj.weight", "down_proj.weight")):
@@ -221,7 +227,7 @@ class Transformer(nn.Module):
         if positions.dim() == 1:
             positions = positions.expand(tokens.shape[0], -1)
         x = self.model.embed_tokens(tokens)
-        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
+        cos, sin = rope_cos_sin(positions, self.inv_freq, x.dtype)
         if mask is not None and mask.dim() == 2:
             mask = mask[None, None]
         elif mask is not None and mask.dim() == 3:

@@ -20,7 +20,9 @@ ENV = {
     "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
     "DVC_NO_ANALYTICS": "1",
     "HF_HUB_OFFLINE": "1",
-    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@t",
+    "GIT_COMMITTER_NAME": "t",
     "GIT_COMMITTER_EMAIL": "t@t",
 }
 
@@ -53,7 +55,9 @@ def test_smoke_preset_reproduces_and_second_run_is_a_noop(repo: Path) -> None:
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     for task in ("arith", "text"):
         for paradigm in ("ar", "mdlm", "bd3lm", "aogpt", "setdlm"):
-            metrics = json.loads((repo / "metrics/evaluate" / task / f"{paradigm}.json").read_text())
+            metrics = json.loads(
+                (repo / "metrics/evaluate" / task / f"{paradigm}.json").read_text()
+            )
             assert metrics["ppl"] > 1.0 and metrics["n_tokens"] > 0
             assert (repo / "models" / task / paradigm / "model.safetensors").exists()
     again = sh("dvc", "status", cwd=repo)
@@ -69,9 +73,14 @@ def test_killed_training_resumes_from_its_checkpoint(repo: Path) -> None:
     params = params.replace("ar: {steps: 40, batch_size: 32", "ar: {steps: 400, batch_size: 32")
     (repo / "params.yaml").write_text(params)
     sh("dvc", "repro", "tokenize@arith", cwd=repo)
-    proc = subprocess.Popen(["dvc", "repro", "train_ar@arith"], cwd=repo, env=ENV,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        ["dvc", "repro", "train_ar@arith"],
+        cwd=repo,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     ckpt_root = repo / "checkpoints" / "arith" / "ar"
     deadline = time.time() + 240
     while time.time() < deadline and not list(ckpt_root.glob("*/state.pt")):

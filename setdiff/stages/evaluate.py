@@ -32,6 +32,7 @@ class EvalConfig:
     """Seed of the order/noise sampled per sequence and of the sampler."""
     threads: int = 0
     """torch intra-op threads; 0 = torch's default."""
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         check(self.n_likelihood >= 1, "n_likelihood must be >= 1")
@@ -48,7 +49,7 @@ def main(argv: list[str]) -> None:
     config = params.section("evaluate", EvalConfig)
     decode_options: dict[str, Any] = dict(params.get_path(f"decode.{args.paradigm}") or {})
     layout = Layout(args.root, args.task, args.paradigm)
-    model = load_model(layout.model())
+    model = load_model(layout.model(), device=config.device)
     model.paradigm.decode_policy(decode_options)  # validate the options before any compute
     if config.threads:
         torch.set_num_threads(config.threads)

@@ -1,0 +1,197 @@
+"""Core benchmark: decode and training costs of the paradigms on one tiny backbone (CPU, batch 1).
+
+    python -m setdiff.bench.core [--out metrics/bench/core.json] [--repeats 5]
+
+Every comparison is a ratio of two measurements taken side by side, interleaved, in one process
+(this machine is shared and noisy); each figure is the median over `--repeats` rounds. Weights are
+random (speed does not depend on them); decoding uses threshold "off" so every method decodes the
+same number of tokens per forward unless stated.
+
+Figures written (with their targets from the core issue):
+- ``cached_vs_recompute_speedup``: setdlm W=4 decode of 256 tokens, KV cache vs full recompute
+  (target >= 5).
+- ``train_step_ratio_{setdlm,bd3lm}``: training step time relative to ar, same batch
+  (target <= 2.3; ideal 2, they process 2L tokens).
+- ``decode_overhead_share``: share of setdlm decode wall time outside model forwards (<= 0.15).
+- ``step_cost_ratio``: one setdlm step (C + W = 8 inputs against the cache) over one AR step
+  (1 input) on the same model and context (target <= 1.25), and the same ratio measured over
+  whole decodes (``step_cost_ratio_in_decode``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from setdiff.artifacts import write_json
+from setdiff.batching import ArraySplit
+from setdiff.kv_cache import KVCache
+from setdiff.masks import decode_mask
+from setdiff.model import ModelConfig, Transformer
+from setdiff.paradigm import make_paradigm
+from setdiff.sampling.loop import generate
+
+MASK_ID, VOCAB = 3, 64
+CONFIG = ModelConfig(
+    vocab_size=VOCAB, n_layer=4, n_head=2, n_kv_head=1, d_model=128, d_ff=256, max_seq_len=512
+)
+"""The default presets' arith backbone (~0.6M parameters, head dim 64)."""
+
+
+def median_time(fn: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        tic = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - tic)
+    return statistics.median(times)
+
+
+def interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median seconds of each function, run in alternation so drift hits all equally."""
+    for fn in fns.values():  # warm-up, excluded
+        fn()
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            tic = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - tic)
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def bench_decode(net: Transformer, repeats: int, new_tokens: int) -> dict[str, float]:
+    prompt = [1] + list(range(4, 20))
+    setdlm, ar = make_paradigm("setdlm", mask_id=MASK_ID), make_paradigm("ar", mask_id=MASK_ID)
+    results: dict[str, object] = {}
+
+    def run(name: str, paradigm: object, **kw: object) -> Callable[[], None]:
+        def go() -> None:
+            results[name] = generate(
+                net, prompt, max_new_tokens=new_tokens, paradigm=paradigm, **kw
+            )
+
+        return go
+
+    times = interleaved(
+        {
+            "setdlm_cached": run("setdlm_cached", setdlm, window=4),
+            "setdlm_recompute": run("setdlm_recompute", setdlm, window=4, use_cache=False),
+            "ar_cached": run("ar_cached", ar),
+        },
+        repeats,
+    )
+    cached, ar_res = results["setdlm_cached"], results["ar_cached"]
+    set_step = cached.forward_seconds / cached.nfe  # type: ignore[attr-defined]
+    ar_step = ar_res.forward_seconds / ar_res.nfe  # type: ignore[attr-defined]
+    return {
+        "new_tokens": new_tokens,
+        "setdlm_cached_seconds": times["setdlm_cached"],
+        "setdlm_recompute_seconds": times["setdlm_recompute"],
+        "ar_cached_seconds": times["ar_cached"],
+        "cached_vs_recompute_speedup": times["setdlm_recompute"] / times["setdlm_cached"],
+        "decode_overhead_share": 1 - cached.forward_seconds / times["setdlm_cached"],  # type: ignore[attr-defined]
+        "step_cost_ratio_in_decode": set_step / ar_step,
+        "setdlm_nfe": cached.nfe,  # type: ignore[attr-defined]
+        "ar_nfe": ar_res.nfe,  # type: ignore[attr-defined]
+    }
+
+
+def bench_step(net: Transformer, repeats: int, context: int, window: int) -> dict[str, float]:
+    """One forward against a cache of `context` entries: AR (1 input) vs set step (2W inputs)."""
+    positions = torch.arange(context)
+    cache = KVCache.for_model(net, context + 2 * window)
+    with torch.inference_mode():
+        net(torch.randint(4, VOCAB, (1, context)), positions[None], None, cache)
+        cache.commit(positions)
+        groups = torch.arange(context + window)
+        mask = decode_mask(groups, window, torch.eye(window, dtype=torch.bool))
+        set_tokens = torch.randint(4, VOCAB, (1, 2 * window))
+        set_pos = torch.arange(context, context + 2 * window)[None]
+        ar_tokens, ar_pos = set_tokens[:, :1], set_pos[:, :1]
+
+        def ar_step() -> None:
+            for _ in range(20):
+                net(ar_tokens, ar_pos, None, cache)
+
+        def set_step() -> None:
+            for _ in range(20):
+                net(set_tokens, set_pos, mask, cache)
+
+        times = interleaved({"ar": ar_step, "set": set_step}, repeats)
+    return {
+        "context": context,
+        "set_inputs": 2 * window,
+        "ar_step_seconds": times["ar"] / 20,
+        "set_step_seconds": times["set"] / 20,
+        "step_cost_ratio": times["set"] / times["ar"],
+    }
+
+
+def bench_train(net: Transformer, repeats: int, batch: int, length: int) -> dict[str, float]:
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(4, VOCAB, (256, length), generator=generator)
+    tokens[:, 0] = 1
+    split = ArraySplit(tokens, torch.full((256,), 10), torch.full((256,), length))
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4)
+
+    def step(name: str) -> Callable[[], None]:
+        paradigm = make_paradigm(name, mask_id=MASK_ID)
+
+        def go() -> None:
+            out = paradigm.loss(net, split.sample(batch, generator), generator)
+            optimizer.zero_grad()
+            out.loss.backward()
+            optimizer.step()
+
+        return go
+
+    times = interleaved({name: step(name) for name in ("ar", "setdlm", "bd3lm", "mdlm")}, repeats)
+    return {
+        "batch": batch,
+        "length": length,
+        **{f"train_step_seconds_{k}": v for k, v in times.items()},
+        **{f"train_step_ratio_{k}": times[k] / times["ar"] for k in ("setdlm", "bd3lm", "mdlm")},
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m setdiff.bench.core",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--out", default="metrics/bench/core.json")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    net = Transformer(CONFIG).eval()
+    figures = {
+        "decode": bench_decode(net, args.repeats, args.new_tokens),
+        "step": bench_step(net, args.repeats, context=128, window=4),
+        "train": bench_train(net.train(), args.repeats, batch=32, length=64),
+        "environment": {
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "machine": platform.machine(),
+            "python": platform.python_version(),
+            "parameters": net.num_parameters(),
+        },
+    }
+    write_json(Path(args.out), figures)
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

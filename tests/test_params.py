@@ -1,0 +1,131 @@
+"""Presets, params validation and the dvc.yaml <-> params contract."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from setdiff.config import ConfigError
+from setdiff.params import Params, load_params
+from setdiff.stages import preset
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESETS = sorted(p.stem for p in (ROOT / "params").glob("*.yaml"))
+
+
+def test_the_three_presets_exist() -> None:
+    assert {"smoke", "default", "gpu"} <= set(PRESETS)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_preset_validates(name: str) -> None:
+    study = preset.validate(load_params(ROOT / "params" / f"{name}.yaml"))
+    assert "ar" in study.paradigms
+
+
+def _mutated(tmp_path: Path, edit) -> Params:  # type: ignore[no-untyped-def]
+    data = yaml.safe_load((ROOT / "params" / "smoke.yaml").read_text())
+    data = copy.deepcopy(data)
+    edit(data)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_params(path)
+
+
+BAD = {
+    "unknown top-level key": (lambda d: d.update(trian={}), r"unknown top-level key.*trian"),
+    "unknown train key": (
+        lambda d: d["train"]["arith"]["ar"].update(lrr=0.1),
+        r"train\.arith.*unknown key.*lrr",
+    ),
+    "wrong type": (
+        lambda d: d["train"]["arith"]["ar"].update(steps="many"),
+        r"train\.arith.*steps",
+    ),
+    "bad value": (lambda d: d["train"]["arith"]["ar"].update(lr=-1.0), r"lr must be > 0"),
+    "D < 1": (lambda d: d["paradigm"]["setdlm"].update(set_size=0), r"paradigm\.setdlm.*set_size"),
+    "W > s_max": (lambda d: d["decode"]["setdlm"].update(window=9), r"decode\.setdlm.*s_max"),
+    "tau out of range": (
+        lambda d: d["decode"]["setdlm"].update(threshold=1.5),
+        r"decode\.setdlm.*threshold",
+    ),
+    "unknown decode option": (
+        lambda d: d["decode"]["ar"].update(windw=2),
+        r"decode\.ar.*unknown decode option",
+    ),
+    "unknown paradigm": (
+        lambda d: d["study"].update(paradigms=["ar", "gpt"], diffusion=["gpt"]),
+        r"unknown paradigms",
+    ),
+    "unknown task": (lambda d: d["study"].update(tasks=["arith", "poetry"]), r"unknown task"),
+    "derived model key": (
+        lambda d: d["model"]["arith"].update(vocab_size=12),
+        r"model\.arith.*vocab_size",
+    ),
+    "bad data value": (lambda d: d["data"]["arith"].update(n_train=-3), r"n_train"),
+    "missing section": (lambda d: d["tokenizer"].pop("text"), r"'text' under tokenizer"),
+    "bad tokenizer kind": (lambda d: d["tokenizer"]["arith"].update(kind="word"), r"kind"),
+    "diffusion list mismatch": (
+        lambda d: d["study"].update(diffusion=["mdlm"]),
+        r"diffusion must list",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_params_fail_naming_the_key(case: str, tmp_path: Path) -> None:
+    edit, pattern = BAD[case]
+    with pytest.raises(ConfigError, match=pattern):
+        preset.validate(_mutated(tmp_path, edit))
+
+
+def test_preset_command_writes_params_and_rejects_unknown(tmp_path: Path) -> None:
+    out = tmp_path / "params.yaml"
+    preset.main(["smoke", "--dir", str(ROOT / "params"), "--out", str(out)])
+    assert yaml.safe_load(out.read_text()) == yaml.safe_load(
+        (ROOT / "params/smoke.yaml").read_text()
+    )
+    with pytest.raises(ConfigError, match="unknown preset 'nope'.*smoke"):
+        preset.main(["nope", "--dir", str(ROOT / "params"), "--out", str(out)])
+
+
+def test_committed_params_yaml_is_the_default_preset() -> None:
+    active = yaml.safe_load((ROOT / "params.yaml").read_text())
+    assert active == yaml.safe_load((ROOT / "params/default.yaml").read_text())
+
+
+def _stage_params() -> dict[str, list[str]]:
+    dvc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    return {name: stage.get("do", stage).get("params", []) for name, stage in dvc["stages"].items()}
+
+
+def _reads(module: str) -> set[str]:
+    """Params keys a stage module reads, with every formatted part written as X."""
+    source = (ROOT / module).read_text()
+    keys = set(re.findall(r'(?:section|get_path)\(\s*f?"([a-z_.{}]+)"', source))
+    if "model_config(" in source:
+        keys.add("model.{task}")
+    if "paradigm_config(" in source:
+        keys.add("paradigm.{name}")
+    return {re.sub(r"\{.*?\}", "X", k) for k in keys}
+
+
+@pytest.mark.parametrize(
+    ("stage", "module"),
+    [
+        ("prepare", "prepare"),
+        ("tokenize", "tokenize"),
+        ("train_ar", "train"),
+        ("train", "train"),
+        ("evaluate", "evaluate"),
+    ],
+)
+def test_dvc_stage_params_equal_the_keys_its_module_reads(stage: str, module: str) -> None:
+    listed = {re.sub(r"\$\{.*?\}", "X", k) for k in _stage_params()[stage]}
+    if stage == "train_ar":  # its cmd fixes --paradigm ar
+        listed = {k.replace("paradigm.ar", "paradigm.X") for k in listed}
+    assert listed == _reads(f"setdiff/stages/{module}.py")
