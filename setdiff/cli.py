@@ -15,6 +15,7 @@ STAGES: dict[str, str] = {
     "tokenize": "Train a task's tokenizer and encode its splits to fixed-length arrays.",
     "train": "Train one (task, paradigm) model; resumable; writes models/<task>/<paradigm>/.",
     "evaluate": "Held-out likelihood bound / perplexity of one model; writes metrics/.",
+    "floor": "Check the arith quality floors (AR >= 0.8, setdlm within 10 points); metrics/.",
 }
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from setdiff.artifacts import LoadedModel
 from setdiff.kv_cache import KVCache
 from setdiff.masks import decode_mask
 from setdiff.sampling.policies import DecodeContext, DecodePolicy
@@ -49,6 +50,7 @@ def generate(
     use_cache: bool = True,
     seed: int = 0,
     stop_ids: list[int] | tuple[int, ...] = (),
+    stop_strings: list[str] | tuple[str, ...] = (),
     cache_size: int | None = None,
     trace_logits: bool = False,
     **policy_options: Any,
@@ -64,6 +66,8 @@ def generate(
         use_cache: False = recompute every forward from scratch (for checks and benchmarks).
         seed: seeds the sampler's generator (sampling and random orders).
         stop_ids: stop once one of these is decoded with everything before it decoded.
+        stop_strings: stop once the decoded prefix contains one of these (needs the model's
+            tokenizer); the output ends with the token that completes the string.
         cache_size: KV-cache capacity; entries beyond it are dropped from the left.
         trace_logits: keep every forward's query logits (for equivalence checks).
         **policy_options: the paradigm's decode options, e.g. ``window``, ``threshold``,
@@ -87,6 +91,9 @@ def generate(
     if suffix and paradigm.config.name in ("ar", "bd3lm"):
         raise ValueError(f"suffix_ids (infilling) is not supported by {paradigm.config.name}")
     policy = paradigm.decode_policy(policy_options)
+    tokenizer = model.tokenizer if isinstance(model, LoadedModel) else None
+    if stop_strings and tokenizer is None:
+        raise ValueError("stop_strings needs a LoadedModel with a tokenizer")
     if cache_size is not None and cache_size < 1:
         raise ValueError(f"cache_size must be >= 1, got {cache_size}")
     state = DecodeState.new(prompt, max_new_tokens, suffix, paradigm.mask_id)
@@ -94,7 +101,8 @@ def generate(
     ctx = DecodeContext(mask_id=paradigm.mask_id, generator=generator, n_new=max_new_tokens)
     cache = KVCache.for_model(net, cache_size or 2 * total) if use_cache else None
     with torch.inference_mode():
-        return _run(net, policy, state, cache, ctx, set(stop_ids), trace_logits)
+        stopper = Stopper(set(stop_ids), tuple(stop_strings), tokenizer)
+        return _run(net, policy, state, cache, ctx, stopper, trace_logits)
 
 
 def _run(
@@ -103,7 +111,7 @@ def _run(
     state: DecodeState,
     cache: KVCache | None,
     ctx: DecodeContext,
-    stop_ids: set[int],
+    stopper: Stopper,
     trace_logits: bool,
 ) -> GenerateResult:
     device = next(net.parameters()).device
@@ -121,7 +129,7 @@ def _run(
         if positions.numel():
             state.accept(positions, tokens)
             steps.append(positions.tolist())
-        if stop_ids and (stop_at := _find_stop(state, stop_ids)) is not None:
+        if stopper.active and (stop_at := stopper.find(state)) is not None:
             break
     end = state.gen_end if stop_at is None else stop_at + 1
     return GenerateResult(
@@ -158,18 +166,35 @@ def _forward(
     return logits[logits.shape[0] - n_commit - m :]
 
 
-def _find_stop(state: DecodeState, stop_ids: set[int]) -> int | None:
-    """Position of the first stop token in the fully decoded prefix of the generated span."""
-    prefix = state.canvas[state.gen_start : state.frontier()]
-    for i, token in enumerate(prefix.tolist()):
-        if token in stop_ids:
-            return state.gen_start + i
-    return None
+class Stopper:
+    """Finds the first stop (token id or string) in the decoded prefix, checking new tokens only."""
+
+    def __init__(self, ids: set[int], strings: tuple[str, ...], tokenizer: Any | None) -> None:
+        self.ids, self.strings, self.tokenizer = ids, strings, tokenizer
+        self.checked = 0  # generated tokens already scanned for stop ids
+        self.active = bool(ids or strings)
+
+    def find(self, state: DecodeState) -> int | None:
+        """Canvas position of the token that completes the first stop, or None."""
+        prefix = state.canvas[state.gen_start : state.frontier()].tolist()
+        for i in range(self.checked, len(prefix)):
+            if prefix[i] in self.ids:
+                return state.gen_start + i
+        if self.strings and len(prefix) > self.checked:
+            text = self.tokenizer.decode(prefix)
+            if any(s in text for s in self.strings):
+                for i in range(self.checked, len(prefix)):
+                    head = self.tokenizer.decode(prefix[: i + 1])
+                    if any(s in head for s in self.strings):
+                        return state.gen_start + i
+        self.checked = len(prefix)
+        return None
 
 
 def _unpack(model: Any, paradigm: Any | None) -> tuple[Any, Any]:
-    net = getattr(model, "net", model)
-    paradigm = paradigm if paradigm is not None else getattr(model, "paradigm", None)
+    if isinstance(model, LoadedModel):
+        return model.net, paradigm if paradigm is not None else model.paradigm
+    net = model
     if paradigm is None:
         raise ValueError("paradigm: pass a LoadedModel or paradigm=make_paradigm(...)")
     return net, paradigm
