@@ -64,6 +64,7 @@ def generate(
         paradigm: the paradigm object when `model` is a bare `Transformer`.
         suffix_ids: right context for infilling (setdlm, aogpt, mdlm).
         use_cache: False = recompute every forward from scratch (for checks and benchmarks).
+            MDLM has no cache: every forward sees the whole canvas either way.
         seed: seeds the sampler's generator (sampling and random orders).
         stop_ids: stop once one of these is decoded with everything before it decoded.
         stop_strings: stop once the decoded prefix contains one of these (needs the model's
@@ -94,11 +95,15 @@ def generate(
     tokenizer = model.tokenizer if isinstance(model, LoadedModel) else None
     if stop_strings and tokenizer is None:
         raise ValueError("stop_strings needs a LoadedModel with a tokenizer")
-    if cache_size is not None and cache_size < 1:
-        raise ValueError(f"cache_size must be >= 1, got {cache_size}")
+    need = policy.max_forward(len(prompt) + len(suffix), max_new_tokens)
+    if cache_size is not None and cache_size < need:
+        raise ValueError(
+            f"cache_size={cache_size} cannot hold one forward of this decode ({need} inputs)"
+        )
     state = DecodeState.new(prompt, max_new_tokens, suffix, paradigm.mask_id)
     generator = torch.Generator().manual_seed(seed)
     ctx = DecodeContext(mask_id=paradigm.mask_id, generator=generator, n_new=max_new_tokens)
+    use_cache = use_cache and policy.uses_cache
     cache = KVCache.for_model(net, cache_size or 2 * total) if use_cache else None
     with torch.inference_mode():
         stopper = Stopper(set(stop_ids), tuple(stop_strings), tokenizer)

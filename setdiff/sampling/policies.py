@@ -58,7 +58,14 @@ def _causal_plan(state: DecodeState, commit: torch.Tensor, queries: torch.Tensor
 
 
 class _Options:
-    """Mixin: build a policy from a dict of user options, naming unknown ones."""
+    """Mixin: build a policy from a dict of user options, naming unknown ones.
+
+    Policies also say how they use a KV cache: `uses_cache` (False = every forward sees the whole
+    canvas, as in MDLM) and `max_forward(n_given, n_new)`, the most inputs one forward can feed,
+    so that a too-small cache is refused before any compute.
+    """
+
+    uses_cache: bool = True
 
     @classmethod
     def from_options(cls, options: dict[str, Any], **fixed: Any) -> Any:
@@ -78,6 +85,9 @@ class ARPolicy(_Options):
 
     def __post_init__(self) -> None:
         _check_sampling(self.temperature, self.top_p)
+
+    def max_forward(self, n_given: int, n_new: int) -> int:
+        return max(n_given, 1)
 
     def plan(self, state: DecodeState) -> Plan | None:
         if not state.has_masks:
@@ -123,6 +133,10 @@ class SetPolicy(_Options):
                 f"window W={self.window} exceeds the trained order window s_max="
                 f"{self.max_window} (use W <= 2D, or window='all' for any-order decoding)",
             )
+
+    def max_forward(self, n_given: int, n_new: int) -> int:
+        window = n_new if self.window == "all" else min(self.window, n_new)
+        return max(n_given, 2 * window)
 
     def plan(self, state: DecodeState) -> Plan | None:
         if not state.has_masks:
@@ -170,6 +184,9 @@ class AnyOrderPolicy(_Options):
             self.final_temperature is None or self.final_temperature >= 0,
             "final_temperature must be >= 0",
         )
+
+    def max_forward(self, n_given: int, n_new: int) -> int:
+        return max(n_given, n_new + 1)
 
     def plan(self, state: DecodeState) -> Plan | None:
         if not state.has_masks:
@@ -226,6 +243,9 @@ class BlockPolicy(_Options):
         _check_sampling(self.temperature, self.top_p)
         parse_threshold(self.threshold)
 
+    def max_forward(self, n_given: int, n_new: int) -> int:
+        return max(n_given, 2 * self.block_size)
+
     def plan(self, state: DecodeState) -> Plan | None:
         if not state.has_masks:
             return None
@@ -233,7 +253,8 @@ class BlockPolicy(_Options):
         start = state.frontier() // S * S
         commit = state.uncommitted_decoded(below=start)
         groups = commit // S  # finished blocks: bidirectional within, causal across
-        if not state.committed and commit.numel():  # prefill the prompt's full blocks
+        nothing_generated = bool(state.is_masked[state.gen_start : state.gen_end].all())
+        if not state.committed and nothing_generated and commit.numel():  # the prompt's full blocks
             return Plan(
                 commit, groups, torch.empty(0, dtype=torch.long), torch.ones(0, 0, dtype=torch.bool)
             )
@@ -262,6 +283,8 @@ class BlockPolicy(_Options):
 
 @frozen
 class MDLMPolicy(_Options):
+    uses_cache = False  # every forward sees the whole canvas bidirectionally
+
     chunk_size: int = 32
     """Semi-autoregressive chunk: positions unmasked chunk by chunk, left to right."""
     order: Literal["confidence", "random"] = "confidence"
@@ -277,6 +300,9 @@ class MDLMPolicy(_Options):
         )
         _check_sampling(self.temperature, self.top_p)
         parse_threshold(self.threshold)
+
+    def max_forward(self, n_given: int, n_new: int) -> int:
+        return n_given + n_new
 
     def plan(self, state: DecodeState) -> Plan | None:
         if not state.has_masks:

@@ -31,7 +31,6 @@ class DecodeState:
     gen_end: int  # one past the last generated slot
     committed: list[int] = dataclasses.field(default_factory=list)  # commit order
     groups: list[int] = dataclasses.field(default_factory=list)
-    step: int = 0  # forwards done so far
 
     @classmethod
     def new(cls, prompt: list[int], n_new: int, suffix: list[int], mask_id: int) -> DecodeState:

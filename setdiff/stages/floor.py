@@ -17,8 +17,11 @@ from setdiff.artifacts import write_json
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="setdiff floor", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="setdiff floor",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--task", default="arith")
     parser.add_argument("--ar-min", type=float, default=0.8)
     parser.add_argument("--max-gap", type=float, default=0.10)
