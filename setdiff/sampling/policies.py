@@ -112,7 +112,7 @@ class ARPolicy(_Options):
 @frozen
 class SetPolicy(_Options):
     window: int | Literal["all"] = 4
-    """W: masked positions predicted per step, from the leftmost undecoded one; "all" = any order."""
+    """W: masked positions predicted per step, from the leftmost undecoded one ("all" = any)."""
     threshold: float | str | None = None
     """tau: also accept every window token with confidence >= tau; None / "off" = one per step."""
     temperature: float = 0.0

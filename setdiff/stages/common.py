@@ -79,7 +79,8 @@ def model_config(params: Params, task: str, vocab_size: int, seq_len: int) -> Mo
     derived = sorted({"vocab_size", "max_seq_len"} & set(section))
     if derived:
         raise ConfigError(
-            f"{params.path}: model.{task}: {derived} are derived from the tokenizer/seq_len; remove them"
+            f"{params.path}: model.{task}: {derived} are derived from the tokenizer and "
+            "seq_len; remove them"
         )
     return build(
         ModelConfig,
