@@ -15,6 +15,8 @@ STAGES: dict[str, str] = {
     "tokenize": "Train a task's tokenizer and encode its splits to fixed-length arrays.",
     "train": "Train one (task, paradigm) model; resumable; writes models/<task>/<paradigm>/.",
     "evaluate": "Held-out likelihood bound / perplexity of one model; writes metrics/.",
+    "bench": "Speed-quality sweep of every paradigm on one answer task (batch 1); results/.",
+    "tradeoff": "Headline speed ratios at matched accuracy, with bootstrap CIs; metrics/.",
     "floor": "Check the arith quality floors (AR >= 0.8, setdlm within 10 points); metrics/.",
 }
 

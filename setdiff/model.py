@@ -48,16 +48,25 @@ class ModelConfig:
     """RMSNorm epsilon."""
     tie_embeddings: bool = False
     """Share the input embedding with the output head."""
+    head_dim_override: int | None = None
+    """Per-head size when it is not d_model / n_head (Qwen3: 128 with d_model 1024, 16 heads)."""
+    qk_norm: bool = False
+    """RMSNorm every query and key head before RoPE (Qwen3's ``q_norm`` / ``k_norm``)."""
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_layer", "n_head", "n_kv_head", "d_model", "d_ff"):
             check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
         check(self.n_head % self.n_kv_head == 0, "n_kv_head must divide n_head")
-        check(self.d_model % self.n_head == 0, "n_head must divide d_model")
-        check(self.head_dim % 2 == 0, "head dim (d_model / n_head) must be even for RoPE")
+        if self.head_dim_override is None:
+            check(self.d_model % self.n_head == 0, "n_head must divide d_model")
+        else:
+            check(self.head_dim_override >= 1, "head_dim_override must be >= 1")
+        check(self.head_dim % 2 == 0, f"head dim must be even for RoPE, got {self.head_dim}")
 
     @property
     def head_dim(self) -> int:
+        if self.head_dim_override is not None:
+            return self.head_dim_override
         return self.d_model // self.n_head
 
 
@@ -109,11 +118,14 @@ class Attention(nn.Module):
             config.n_kv_head,
             config.head_dim,
         )
-        kv_dim = config.n_kv_head * config.head_dim
-        self.q_proj = nn.Linear(config.d_model, config.d_model, bias=False)
+        q_dim, kv_dim = config.n_head * config.head_dim, config.n_kv_head * config.head_dim
+        self.q_proj = nn.Linear(config.d_model, q_dim, bias=False)
         self.k_proj = nn.Linear(config.d_model, kv_dim, bias=False)
         self.v_proj = nn.Linear(config.d_model, kv_dim, bias=False)
-        self.o_proj = nn.Linear(config.d_model, config.d_model, bias=False)
+        self.o_proj = nn.Linear(q_dim, config.d_model, bias=False)
+        # Qwen3: per-head RMSNorm of queries and keys, before RoPE.
+        self.q_norm = RMSNorm(config.head_dim, config.norm_eps) if config.qk_norm else None
+        self.k_norm = RMSNorm(config.head_dim, config.norm_eps) if config.qk_norm else None
 
     def forward(
         self,
@@ -124,8 +136,11 @@ class Attention(nn.Module):
         cache: KVCache | None,
     ) -> torch.Tensor:
         B, T, _ = x.shape
-        q_BHTE = self.q_proj(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
-        k_BGTE = self.k_proj(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+        q_BTHE = self.q_proj(x).view(B, T, self.n_head, self.head_dim)
+        k_BTGE = self.k_proj(x).view(B, T, self.n_kv_head, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q_BTHE, k_BTGE = self.q_norm(q_BTHE), self.k_norm(k_BTGE)
+        q_BHTE, k_BGTE = q_BTHE.transpose(1, 2), k_BTGE.transpose(1, 2)
         v_BGTE = self.v_proj(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
         q_BHTE, k_BGTE = apply_rope(q_BHTE, cos, sin), apply_rope(k_BGTE, cos, sin)
         if cache is not None:

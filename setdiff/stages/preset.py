@@ -15,6 +15,8 @@ from setdiff.config import ConfigError
 from setdiff.data import DataConfig
 from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.params import Params, load_params
+from setdiff.evaluate import ANSWER_TASKS
+from setdiff.stages.bench import BenchRunConfig, configurations
 from setdiff.stages.common import StudyConfig, model_config, paradigm_config
 from setdiff.stages.evaluate import EvalConfig
 from setdiff.stages.train import TaskTrainConfig
@@ -30,6 +32,7 @@ TOP_LEVEL = (
     "train",
     "evaluate",
     "decode",
+    "bench",
 )
 """Every top-level key a preset may hold (each is read by some stage)."""
 
@@ -55,10 +58,27 @@ def validate(params: Params) -> StudyConfig:
             paradigm.decode_policy(dict(options))
         except ValueError as err:
             raise ConfigError(f"{params.path}: decode.{name}: {err}") from None
+    _validate_bench(params, study)
     extra = sorted(set(params.get_path("paradigm")) - set(PARADIGMS))
     if extra:
         raise ConfigError(f"{params.path}: paradigm: unknown paradigm(s) {extra}")
     return study
+
+
+def _validate_bench(params: Params, study: StudyConfig) -> None:
+    params.section("bench.run", BenchRunConfig)
+    for task in params.get_path("bench.tasks"):
+        if task not in study.tasks or task not in ANSWER_TASKS:
+            raise ConfigError(f"{params.path}: bench.tasks: {task!r} must be a study task with "
+                              f"answers ({sorted(ANSWER_TASKS)})")
+    for config in configurations(params, study.paradigms):
+        paradigm = make_paradigm(config.paradigm, paradigm_config(params, config.paradigm),
+                                 mask_id=0)
+        try:
+            paradigm.decode_policy(dict(config.options))
+        except ValueError as err:
+            raise ConfigError(
+                f"{params.path}: bench.sweep.{config.paradigm} ({config.label}): {err}") from None
 
 
 def main(argv: list[str]) -> None:

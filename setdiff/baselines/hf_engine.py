@@ -1,0 +1,103 @@
+"""AR baseline with ``transformers``: greedy ``generate`` with a KV cache, batch 1, timed.
+
+Works on any causal-LM directory, in particular one written by `setdiff.hf.export_hf`, whose
+``generation_config.json`` suppresses [MASK] as our AR decoder does, so the two give the same
+greedy tokens. Knows nothing of our model directories or paradigms.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+logger = logging.getLogger(__name__)
+
+
+def load_hf_model(
+    hf_dir: str | Path, *, device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> PreTrainedModel:
+    """A local HF causal LM in eval mode on `device` (no network: ``local_files_only``)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=dtype, local_files_only=True)
+    logger.info("loaded %s (%s) on %s", hf_dir, type(model).__name__, device)
+    return model.to(device).eval()
+
+
+def hf_generate(
+    hf_dir: str | Path | PreTrainedModel,
+    prompt_ids: Sequence[int],
+    max_new_tokens: int,
+    eos_id: int | None,
+    *,
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """Greedy decoding (``do_sample=False, use_cache=True``) of one prompt.
+
+    Args:
+        hf_dir: an HF model directory, or a model from `load_hf_model` (reuse it across calls:
+            loading is not timed but is not free).
+        prompt_ids: the prompt's token ids, BOS included if the model expects it.
+        max_new_tokens: the most tokens to generate.
+        eos_id: stop after this token (kept in the output); None = always `max_new_tokens`.
+        device: where a model loaded from `hf_dir` runs.
+    Returns:
+        ``tokens`` (new ids, up to and including EOS), ``seconds`` (generate time; CUDA events
+        on a GPU), ``wall_seconds``, ``n_new_tokens``, ``tokens_per_second``, ``stopped``
+        (EOS reached) and ``device``.
+    """
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if not prompt_ids:
+        raise ValueError("prompt_ids must hold at least one token (e.g. BOS)")
+    model = load_hf_model(hf_dir, device=device) if isinstance(hf_dir, str | Path) else hf_dir
+    run_device = next(model.parameters()).device
+    input_ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=run_device)  # (1, T)
+    pad_id = model.generation_config.pad_token_id
+    kwargs: dict[str, Any] = dict(
+        attention_mask=torch.ones_like(input_ids),
+        do_sample=False,
+        use_cache=True,
+        max_new_tokens=max_new_tokens,
+        # Passed even when None: a keyword None overrides the model's generation config.
+        eos_token_id=eos_id,
+        pad_token_id=pad_id if pad_id is not None else (eos_id if eos_id is not None else 0),
+    )
+    with torch.inference_mode():
+        output, seconds, wall = _timed(lambda: model.generate(input_ids, **kwargs), run_device)
+    tokens = output[0, input_ids.shape[1] :].tolist()
+    return {
+        "tokens": tokens,
+        "seconds": seconds,
+        "wall_seconds": wall,
+        "n_new_tokens": len(tokens),
+        "tokens_per_second": len(tokens) / seconds if seconds > 0 else float("inf"),
+        "stopped": eos_id is not None and bool(tokens) and tokens[-1] == eos_id,
+        "device": str(run_device),
+    }
+
+
+def _timed(fn: Callable[[], torch.Tensor], device: torch.device) -> tuple[torch.Tensor, float, float]:
+    """Run `fn`; return its result, device time (CUDA events on a GPU) and wall time."""
+    if device.type != "cuda":
+        tic = time.perf_counter()
+        result = fn()
+        wall = time.perf_counter() - tic
+        return result, wall, wall
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize(device)
+    tic = time.perf_counter()
+    start.record()
+    result = fn()
+    end.record()
+    torch.cuda.synchronize(device)
+    wall = time.perf_counter() - tic
+    return result, start.elapsed_time(end) / 1000.0, wall

@@ -1,0 +1,373 @@
+"""Conversion between our backbone and Hugging Face Llama / Qwen3 checkpoints.
+
+- `export_hf`: an ``ar`` model directory -> a ``LlamaForCausalLM`` directory (``Qwen3ForCausalLM``
+  when the backbone has q/k norms) that ``transformers`` and vLLM load as is. Only ``ar`` models
+  are exported: the other paradigms' heads predict their own (masked) position, not the next
+  token, so no causal-LM runtime would decode them correctly.
+- `load_hf_backbone`: a local (or hub, when online) Llama- or Qwen3-style checkpoint -> our
+  `Transformer`, e.g. to initialise training from a pretrained model. Features the backbone
+  does not implement (RoPE scaling, biases, sliding windows, ...) are refused by field name.
+- `choose_mask_id`: reuse an existing special token as [MASK] when no vocabulary row is free.
+
+Parameter names are the same in both formats (see `setdiff.model`), so no tensor is renamed.
+Nothing here trains, decodes or reads params.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from setdiff.artifacts import TOKENIZER_FILE, WEIGHTS_FILE, atomic_dir, load_net
+from setdiff.model import ModelConfig, Transformer
+from setdiff.tokenizer import Tokenizer, load_hf_tokenizer, load_tokenizer
+
+logger = logging.getLogger(__name__)
+
+PREFERRED_MASK_TOKENS: tuple[str, ...] = ("<|fim_middle|>", "<mask>", "[MASK]")
+"""Existing tokens reused as [MASK], in order of preference (Qwen's FIM token first)."""
+
+SUPPORTED_MODEL_TYPES: dict[str, bool] = {"llama": False, "mistral": False, "qwen3": True}
+"""HF ``model_type`` -> whether its attention has per-head q/k RMSNorm."""
+
+DEFAULT_HEAD_DIM: dict[str, int] = {"qwen3": 128}
+"""HF's class default for ``head_dim`` when a config omits it (others: hidden / heads)."""
+
+INDEX_FILE = "model.safetensors.index.json"
+HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+# ---------------------------------------------------------------------------------------------
+# export
+
+
+def export_hf(model_dir: Path, out_dir: Path) -> Path:
+    """Write an ``ar`` model directory as a Hugging Face causal-LM directory, atomically.
+
+    The output holds ``config.json``, ``model.safetensors`` (same tensor names, float32),
+    ``generation_config.json`` (greedy; the [MASK] id in ``suppress_tokens``, as our decoder
+    never emits it) and the tokenizer (``tokenizer.json``, ``tokenizer_config.json``,
+    ``special_tokens_map.json``).
+
+    Returns:
+        `out_dir`.
+    Raises:
+        ValueError: if the model is not ``ar`` or the directory has no tokenizer.
+    """
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    net, paradigm, _ = load_net(model_dir)
+    name = paradigm.config.name
+    if name != "ar":
+        raise ValueError(
+            f"{model_dir}: only 'ar' models export to a causal LM; paradigm {name!r} predicts "
+            "each (masked) position's own token, not the next one"
+        )
+    tokenizer_path = model_dir / TOKENIZER_FILE
+    if not tokenizer_path.exists():
+        raise ValueError(f"{model_dir}: no {TOKENIZER_FILE}; export needs the tokenizer")
+    tokenizer = load_tokenizer(tokenizer_path)
+    with atomic_dir(out_dir) as tmp:
+        _write_json(tmp / "config.json", hf_config(net.config, tokenizer))
+        _write_json(tmp / "generation_config.json", _generation_config(tokenizer, paradigm.mask_id))
+        save_file(_export_weights(net), str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        _save_hf_tokenizer(tokenizer_path, tmp, net.config.max_seq_len)
+    logger.info("exported %s -> %s", model_dir, out_dir)
+    return out_dir
+
+
+def hf_config(config: ModelConfig, tokenizer: Tokenizer) -> dict[str, Any]:
+    """The HF ``config.json`` of a backbone: Llama, or Qwen3 when it has q/k norms."""
+    model_type = "qwen3" if config.qk_norm else "llama"
+    architecture = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}[model_type]
+    record: dict[str, Any] = {
+        "architectures": [architecture],
+        "model_type": model_type,
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.d_model,
+        "intermediate_size": config.d_ff,
+        "num_hidden_layers": config.n_layer,
+        "num_attention_heads": config.n_head,
+        "num_key_value_heads": config.n_kv_head,
+        "head_dim": config.head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": config.max_seq_len,
+        # Both spellings: transformers < 5 reads rope_theta, >= 5 reads rope_parameters.
+        "rope_theta": config.rope_theta,
+        "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_theta},
+        "rms_norm_eps": config.norm_eps,
+        "tie_word_embeddings": config.tie_embeddings,
+        "bos_token_id": tokenizer.bos_id,
+        "eos_token_id": tokenizer.eos_id,
+        "pad_token_id": tokenizer.pad_id,
+        "torch_dtype": "float32",
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "initializer_range": 0.02,
+        "use_cache": True,
+    }
+    if model_type == "llama":
+        record["mlp_bias"] = False
+    else:
+        record.update(use_sliding_window=False, sliding_window=None)
+    return record
+
+
+def _generation_config(tokenizer: Tokenizer, mask_id: int) -> dict[str, Any]:
+    return {
+        "bos_token_id": tokenizer.bos_id,
+        "eos_token_id": tokenizer.eos_id,
+        "pad_token_id": tokenizer.pad_id,
+        "do_sample": False,
+        # Our AR decoder sets the [MASK] logit to -inf; HF generate does the same with this.
+        "suppress_tokens": [mask_id],
+    }
+
+
+def _export_weights(net: Transformer) -> dict[str, torch.Tensor]:
+    weights = {
+        k: v.detach().to("cpu", torch.float32).contiguous() for k, v in net.state_dict().items()
+    }
+    if net.config.tie_embeddings:
+        weights.pop("lm_head.weight")  # HF re-ties it to the embedding on load
+    return weights
+
+
+def _save_hf_tokenizer(tokenizer_path: Path, out_dir: Path, max_len: int) -> None:
+    hf_tokenizer = load_hf_tokenizer(tokenizer_path)
+    hf_tokenizer.model_max_length = max_len
+    hf_tokenizer.save_pretrained(str(out_dir))
+    config_path = out_dir / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    # transformers >= 5 writes its own backend class name; this one loads in 4.x and 5.x alike.
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    _write_json(config_path, config)
+    special = {
+        role: config[role]
+        for role in ("bos_token", "eos_token", "pad_token", "mask_token", "unk_token")
+        if role in config
+    }
+    _write_json(out_dir / "special_tokens_map.json", special)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# import
+
+
+def load_hf_backbone(
+    path: str | Path, *, dtype: torch.dtype = torch.float32
+) -> tuple[Transformer, dict[str, Any]]:
+    """Our backbone initialised from a Llama- or Qwen3-style HF checkpoint directory.
+
+    Args:
+        path: a local directory with ``config.json`` and ``model.safetensors`` (or shards listed
+            in ``model.safetensors.index.json``); a string that is not a local path but looks
+            like a hub id (``owner/name``) is fetched with `huggingface_hub.snapshot_download`.
+        dtype: parameter dtype of the returned backbone.
+    Returns:
+        The backbone in eval mode on the CPU, and the checkpoint's ``config.json`` as read.
+    Raises:
+        ValueError: on an unsupported architecture or feature (the message names the field),
+            missing or unexpected tensors, or a missing weights file.
+    """
+    directory = _resolve_checkpoint(path)
+    raw = json.loads((directory / "config.json").read_text())
+    config = model_config_from_hf(raw)
+    net = Transformer(config)
+    weights = _read_weights(directory)
+    _load_state(net, weights, directory)
+    logger.info("loaded %s backbone from %s", raw["model_type"], directory)
+    return net.to(dtype).eval(), raw
+
+
+def model_config_from_hf(raw: Mapping[str, Any]) -> ModelConfig:
+    """Map an HF ``config.json`` onto `ModelConfig`, refusing what the backbone lacks.
+
+    Raises:
+        ValueError: naming the unsupported or missing field.
+    """
+    model_type = raw.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(
+            f"model_type {model_type!r} is not supported; use one of {list(SUPPORTED_MODEL_TYPES)}"
+        )
+    _check_features(raw)
+    missing = [
+        key
+        for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers")
+        + ("num_attention_heads", "max_position_embeddings")
+        if raw.get(key) is None
+    ]
+    if missing:
+        raise ValueError(f"config.json lacks required field(s) {missing}")
+    n_head, d_model = int(raw["num_attention_heads"]), int(raw["hidden_size"])
+    head_dim = raw.get("head_dim") or DEFAULT_HEAD_DIM.get(model_type) or d_model // n_head
+    return ModelConfig(
+        vocab_size=int(raw["vocab_size"]),
+        n_layer=int(raw["num_hidden_layers"]),
+        n_head=n_head,
+        n_kv_head=int(raw.get("num_key_value_heads") or n_head),
+        d_model=d_model,
+        d_ff=int(raw["intermediate_size"]),
+        max_seq_len=int(raw["max_position_embeddings"]),
+        rope_theta=_rope_theta(raw),
+        norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        head_dim_override=None if head_dim * n_head == d_model else int(head_dim),
+        qk_norm=SUPPORTED_MODEL_TYPES[model_type],
+    )
+
+
+def _check_features(raw: Mapping[str, Any]) -> None:
+    """Raise a ValueError naming the first field that asks for something we do not implement."""
+    unsupported = {
+        "hidden_act": raw.get("hidden_act", "silu") != "silu",
+        "attention_bias": bool(raw.get("attention_bias")),
+        "mlp_bias": bool(raw.get("mlp_bias")),
+        "rope_scaling": raw.get("rope_scaling") not in (None, {"rope_type": "default"}),
+        "rope_parameters.rope_type": (raw.get("rope_parameters") or {}).get("rope_type", "default")
+        != "default",
+        "partial_rotary_factor": float(
+            (raw.get("rope_parameters") or {}).get(
+                "partial_rotary_factor", raw.get("partial_rotary_factor", 1.0)
+            )
+        )
+        != 1.0,
+        "use_sliding_window": bool(raw.get("use_sliding_window")),
+        "sliding_window": raw.get("sliding_window") is not None
+        and raw.get("model_type") != "qwen3",  # Qwen3 ignores it unless use_sliding_window
+        "layer_types": any(t != "full_attention" for t in raw.get("layer_types") or ()),
+        "quantization_config": raw.get("quantization_config") is not None,
+    }
+    for field, is_set in unsupported.items():
+        if is_set:
+            value = raw.get(field.split(".")[0])
+            raise ValueError(f"unsupported config field {field!r} = {value!r}")
+
+
+def _rope_theta(raw: Mapping[str, Any]) -> float:
+    rope_parameters = raw.get("rope_parameters") or {}
+    theta = rope_parameters.get("rope_theta", raw.get("rope_theta", 10000.0))
+    return float(theta)
+
+
+def _resolve_checkpoint(path: str | Path) -> Path:
+    directory = Path(path)
+    if directory.is_dir():
+        if not (directory / "config.json").exists():
+            raise FileNotFoundError(f"{directory}: no config.json (not an HF checkpoint)")
+        return directory
+    if isinstance(path, str) and HUB_ID.match(path) and not directory.exists():
+        from huggingface_hub import snapshot_download
+
+        logger.info("fetching %s from the Hugging Face hub", path)
+        local = snapshot_download(path, allow_patterns=["*.json", "*.safetensors"])
+        return Path(local)
+    raise FileNotFoundError(f"{path}: not a checkpoint directory (nor a hub id owner/name)")
+
+
+def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    index = directory / INDEX_FILE
+    if index.exists():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    elif (directory / WEIGHTS_FILE).exists():
+        files = [WEIGHTS_FILE]
+    else:
+        raise ValueError(
+            f"{directory}: no {WEIGHTS_FILE} or {INDEX_FILE} (only safetensors are supported)"
+        )
+    weights: dict[str, torch.Tensor] = {}
+    for name in files:
+        weights.update(load_file(str(directory / name)))
+    return weights
+
+
+def _load_state(net: Transformer, weights: dict[str, torch.Tensor], source: Path) -> None:
+    """Copy `weights` into `net`, naming missing, unexpected or mis-shaped tensors."""
+    # Old Llama checkpoints store RoPE tables; we derive them from the config.
+    weights = {k: v for k, v in weights.items() if not k.endswith("rotary_emb.inv_freq")}
+    expected = net.state_dict()
+    if net.config.tie_embeddings:
+        expected.pop("lm_head.weight")
+        weights.pop("lm_head.weight", None)
+    missing = sorted(set(expected) - set(weights))
+    unexpected = sorted(set(weights) - set(expected))
+    shapes = [
+        f"{k}: {tuple(weights[k].shape)} vs {tuple(v.shape)}"
+        for k, v in expected.items()
+        if k in weights and weights[k].shape != v.shape
+    ]
+    if missing or unexpected or shapes:
+        raise ValueError(
+            f"{source}: weights do not fit the mapped config (missing {missing[:5]}, "
+            f"unexpected {unexpected[:5]}, shape mismatches {shapes[:5]})"
+        )
+    net.load_state_dict(weights, strict=not net.config.tie_embeddings)
+
+
+# ---------------------------------------------------------------------------------------------
+# mask token
+
+
+def choose_mask_id(
+    tokenizer_or_vocab: Any, preferred: Sequence[str] = PREFERRED_MASK_TOKENS
+) -> int:
+    """The id of the first token of `preferred` in the vocabulary, to be reused as [MASK].
+
+    Args:
+        tokenizer_or_vocab: a token -> id mapping, a `setdiff.tokenizer.Tokenizer`, a
+            ``tokenizers.Tokenizer`` or a ``transformers`` tokenizer.
+        preferred: candidate tokens, best first.
+    Raises:
+        ValueError: if none of them is in the vocabulary.
+    """
+    vocab = _vocab_of(tokenizer_or_vocab)
+    for token in preferred:
+        if token in vocab:
+            return int(vocab[token])
+    raise ValueError(
+        f"none of {list(preferred)} is in the vocabulary; pass preferred=(<an unused token>,)"
+    )
+
+
+def _vocab_of(tokenizer_or_vocab: Any) -> Mapping[str, int]:
+    if isinstance(tokenizer_or_vocab, Mapping):
+        return tokenizer_or_vocab
+    if isinstance(tokenizer_or_vocab, Tokenizer):
+        return tokenizer_or_vocab.backend.get_vocab(with_added_tokens=True)
+    # tokenizers.Tokenizer and transformers tokenizers both include added tokens by default.
+    return tokenizer_or_vocab.get_vocab()
+
+
+# ---------------------------------------------------------------------------------------------
+# command line
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m setdiff.hf export <model_dir> <out_dir>``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m setdiff.hf", description=__doc__.split("\n")[0]
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    export = commands.add_parser("export", help="write an ar model directory in HF Llama format")
+    export.add_argument("model_dir", type=Path)
+    export.add_argument("out_dir", type=Path)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    export_hf(args.model_dir, args.out_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
