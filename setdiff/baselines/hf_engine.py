@@ -85,7 +85,9 @@ def hf_generate(
     }
 
 
-def _timed(fn: Callable[[], torch.Tensor], device: torch.device) -> tuple[torch.Tensor, float, float]:
+def _timed(
+    fn: Callable[[], torch.Tensor], device: torch.device
+) -> tuple[torch.Tensor, float, float]:
     """Run `fn`; return its result, device time (CUDA events on a GPU) and wall time."""
     if device.type != "cuda":
         tic = time.perf_counter()

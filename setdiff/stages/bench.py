@@ -3,7 +3,8 @@
 ``setdiff bench --task arith`` reads ``bench.run``, ``bench.sweep`` and ``decode``; decodes the
 first ``n_examples`` test prompts with every paradigm and every configuration of its sweep (the
 cartesian product of ``bench.sweep.<paradigm>`` over ``decode.<paradigm>``), and writes tidy rows
-to ``results/bench/<task>.csv`` plus ``results/bench/<task>.json`` (fingerprint, configurations).
+to ``results/bench/<task>.csv``, the decode traces (positions decoded per forward) to
+``results/bench/<task>.traces.jsonl``, and ``results/bench/<task>.json`` (fingerprint, configurations).
 
 Side by side: for each example every configuration runs once, in a fixed order, so machine drift
 hits all methods alike; warm-up examples (from the validation split) run every configuration
@@ -13,6 +14,7 @@ first and are not recorded. All configurations are validated before any compute.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -20,7 +22,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from setdiff.artifacts import LoadedModel, load_model, run_id, write_json
+from setdiff.artifacts import LoadedModel, load_model, run_id, write_json, write_text
 from setdiff.config import ConfigError, check, frozen
 from setdiff.data import extract_answer, from_jsonl
 from setdiff.evaluate import ANSWER_TASKS
@@ -112,6 +114,16 @@ def measure(
         ),
         device,
     )
+    if traces is not None:
+        traces.append(
+            {
+                "paradigm": config.paradigm,
+                "config": config.label,
+                "example": index,
+                "prompt_tokens": len(prompt),
+                "steps": result.steps,
+            }
+        )
     text = tok.decode(result.tokens)
     score = scorer(extract_answer(text, marker), record["entry"])
     threshold = parse_threshold(config.options.get("threshold"))
@@ -161,6 +173,7 @@ def main(argv: list[str]) -> None:
     test = from_jsonl((layout.raw / "test.jsonl").read_bytes())[: run.n_examples]
     warm = from_jsonl((layout.raw / "valid.jsonl").read_bytes())[: run.warmup]
     rows: list[Row] = []
+    traces: list[dict[str, Any]] = []
     for phase, records in (("warmup", warm), ("measure", test)):
         for i, record in enumerate(tqdm(records, desc=f"bench {args.task} ({phase})")):
             prompt = [tok.bos_id] + tok.encode(record["prompt"])
@@ -179,6 +192,7 @@ def main(argv: list[str]) -> None:
                     rows.append(row)
     out = layout.root / "results" / "bench" / f"{args.task}.csv"
     write_rows(out, rows)
+    write_text(out.with_suffix(".traces.jsonl"), "".join(json.dumps(t) + "\n" for t in traces))
     write_json(
         out.with_suffix(".json"),
         {

@@ -69,16 +69,20 @@ def _validate_bench(params: Params, study: StudyConfig) -> None:
     params.section("bench.run", BenchRunConfig)
     for task in params.get_path("bench.tasks"):
         if task not in study.tasks or task not in ANSWER_TASKS:
-            raise ConfigError(f"{params.path}: bench.tasks: {task!r} must be a study task with "
-                              f"answers ({sorted(ANSWER_TASKS)})")
+            raise ConfigError(
+                f"{params.path}: bench.tasks: {task!r} must be a study task with "
+                f"answers ({sorted(ANSWER_TASKS)})"
+            )
     for config in configurations(params, study.paradigms):
-        paradigm = make_paradigm(config.paradigm, paradigm_config(params, config.paradigm),
-                                 mask_id=0)
+        paradigm = make_paradigm(
+            config.paradigm, paradigm_config(params, config.paradigm), mask_id=0
+        )
         try:
             paradigm.decode_policy(dict(config.options))
         except ValueError as err:
             raise ConfigError(
-                f"{params.path}: bench.sweep.{config.paradigm} ({config.label}): {err}") from None
+                f"{params.path}: bench.sweep.{config.paradigm} ({config.label}): {err}"
+            ) from None
 
 
 def main(argv: list[str]) -> None:
