@@ -4,7 +4,8 @@
 first ``n_examples`` test prompts with every paradigm and every configuration of its sweep (the
 cartesian product of ``bench.sweep.<paradigm>`` over ``decode.<paradigm>``), and writes tidy rows
 to ``results/bench/<task>.csv``, the decode traces (positions decoded per forward) to
-``results/bench/<task>.traces.jsonl``, and ``results/bench/<task>.json`` (fingerprint, configurations).
+``results/bench/<task>.traces.jsonl``, and ``results/bench/<task>.json`` (fingerprint and
+configurations).
 
 Side by side: for each example every configuration runs once, in a fixed order, so machine drift
 hits all methods alike; warm-up examples (from the validation split) run every configuration
@@ -99,7 +100,9 @@ def measure(
     index: int,
     seq_len: int,
     seed: int,
+    traces: list[dict[str, Any]] | None = None,
 ) -> Row:
+    """Decode one prompt under one configuration; append its step trace to `traces` if given."""
     tok, device = model.tokenizer, next(model.net.parameters()).device
     marker, scorer = ANSWER_TASKS[task]
     reset_peak_memory(device)
@@ -187,6 +190,7 @@ def main(argv: list[str]) -> None:
                     index=i,
                     seq_len=seq_len,
                     seed=run.seed,
+                    traces=traces if phase == "measure" else None,
                 )
                 if phase == "measure":
                     rows.append(row)

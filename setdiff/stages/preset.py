@@ -13,9 +13,9 @@ from pathlib import Path
 from setdiff.artifacts import write_text
 from setdiff.config import ConfigError
 from setdiff.data import DataConfig
+from setdiff.evaluate import ANSWER_TASKS
 from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.params import Params, load_params
-from setdiff.evaluate import ANSWER_TASKS
 from setdiff.stages.bench import BenchRunConfig, configurations
 from setdiff.stages.common import StudyConfig, model_config, paradigm_config
 from setdiff.stages.evaluate import EvalConfig
