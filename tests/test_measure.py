@@ -1,0 +1,140 @@
+"""Measurement contract and trade-off arithmetic on fixed outputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from setdiff.measure import Row, count_new_tokens, read_rows, timed, write_rows
+from setdiff.tradeoff import (
+    Point,
+    bootstrap,
+    group,
+    matched_speedup,
+    pareto,
+    summarize,
+    within_drop,
+)
+
+EOS = 2
+
+
+@pytest.mark.parametrize(
+    ("tokens", "expected"),
+    [([5, 6, EOS, 9, 9], 3), ([5, 6, 7], 3), ([EOS], 1), ([], 0), ([5, EOS, EOS], 2)],
+)
+def test_one_token_accounting_rule(tokens: list[int], expected: int) -> None:
+    assert count_new_tokens(tokens, [EOS]) == expected
+
+
+def test_every_engine_counts_the_same_output_the_same_way() -> None:
+    """A setdiff decode truncated at EOS and an engine returning text past EOS count alike."""
+    ours = [7, 8, 9, EOS]  # generate() stops after the stop token
+    engine = [7, 8, 9, EOS, 11, 12]  # e.g. a server that ignored the stop
+    assert count_new_tokens(ours, [EOS]) == count_new_tokens(engine, [EOS]) == 4
+
+
+def row(
+    paradigm: str,
+    config: str,
+    example: int,
+    exact: float,
+    tokens: int,
+    latency: float,
+    nfe: int,
+    engine: str = "setdiff",
+) -> Row:
+    return Row(
+        task="arith",
+        paradigm=paradigm,
+        engine=engine,
+        config=config,
+        window=None,
+        threshold=None,
+        regime="latency",
+        concurrency=1,
+        example=example,
+        prompt_tokens=5,
+        new_tokens=tokens,
+        nfe=nfe,
+        latency_s=latency,
+        forward_s=latency,
+        peak_mem_mb=1.0,
+        kv_cache_mb=0.1,
+        score=exact,
+        exact=exact,
+        stopped=True,
+    )
+
+
+def test_rows_round_trip_through_csv(tmp_path: Path) -> None:
+    rows = [row("ar", "default", i, float(i % 2), 10, 0.5, 10) for i in range(4)]
+    write_rows(tmp_path / "r.csv", rows)
+    back = read_rows(tmp_path / "r.csv")
+    assert [r["example"] for r in back] == [0, 1, 2, 3]
+    assert back[1]["exact"] == 1.0 and back[0]["threshold"] is None
+    assert back[0]["tokens_per_second"] == pytest.approx(20.0)
+    assert back[0]["tokens_per_forward"] == pytest.approx(1.0)
+
+
+def test_summaries_are_ratios_of_sums() -> None:
+    rows = [row("ar", "d", 0, 1.0, 10, 1.0, 10), row("ar", "d", 1, 0.0, 30, 1.0, 30)]
+    (p,) = summarize(group(map(_as_dict, rows))).values()
+    assert p.tokens_per_second == pytest.approx(20.0)  # 40 tokens / 2 s, not mean(10, 30)
+    assert p.accuracy == pytest.approx(0.5) and p.tokens_per_forward == pytest.approx(1.0)
+
+
+def _as_dict(r: Row) -> dict:
+    return dataclasses.asdict(r)
+
+
+def pts(*spec: tuple[str, float, float]) -> dict:
+    return {
+        (n, "setdiff", n): Point((n, "setdiff", n), a, s, 1.0, 1.0, 1.0, 10) for n, a, s in spec
+    }
+
+
+def test_pareto_front_drops_dominated_points() -> None:
+    front = pareto(pts(("a", 0.9, 10), ("b", 0.8, 20), ("c", 0.7, 15), ("d", 0.95, 5)).values())
+    assert [p.key[0] for p in front] == ["d", "a", "b"]
+
+
+def test_matched_speedup_uses_the_best_level_both_reach() -> None:
+    points = pts(("x1", 0.80, 100), ("x2", 0.70, 200), ("y1", 0.75, 50), ("y2", 0.60, 90))
+    hit = matched_speedup(
+        points, [k for k in points if k[0][0] == "x"], [k for k in points if k[0][0] == "y"]
+    )
+    assert hit["accuracy_level"] == pytest.approx(0.75)
+    assert hit["method"].key[0] == "x1" and hit["baseline"].key[0] == "y1"
+    assert hit["speedup"] == pytest.approx(2.0)
+
+
+def test_within_drop_picks_the_fastest_close_enough_configuration() -> None:
+    points = pts(("off", 0.80, 10), ("t9", 0.79, 20), ("t7", 0.70, 40))
+    chosen = within_drop(points, list(points), ("off", "setdiff", "off"), 0.02)
+    assert chosen.key[0] == "t9"
+
+
+def test_bootstrap_interval_contains_the_estimate_and_is_paired() -> None:
+    rows = []
+    for i in range(40):
+        rows.append(_as_dict(row("a", "a", i, 1.0, 10, 0.1, 10)))
+        rows.append(_as_dict(row("b", "b", i, 1.0, 10, 0.2 + 0.01 * (i % 3), 10)))
+    grouped = group(rows)
+    est, low, high = bootstrap(
+        grouped,
+        lambda p: (
+            p[("a", "setdiff", "a")].tokens_per_second / p[("b", "setdiff", "b")].tokens_per_second
+        ),
+        n_boot=200,
+    )
+    assert low <= est <= high and 1.9 < est < 2.2 and high - low < 0.3
+
+
+def test_timed_uses_the_wall_clock_on_cpu() -> None:
+    result, seconds = timed(lambda: sum(range(1000)), torch.device("cpu"))
+    assert result == 499500 and 0 <= seconds < 1 and not math.isnan(seconds)
