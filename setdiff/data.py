@@ -26,8 +26,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-import reasoning_gym
-
 from setdiff.config import ConfigError, check, frozen
 
 logger = logging.getLogger(__name__)
@@ -260,7 +258,7 @@ def arith_record(entry: Mapping[str, Any]) -> Record:
 def generate_arith(config: ArithConfig, seed: int) -> Splits:
     """Disjoint, prompt-deduplicated ``chain_sum`` splits, deterministic for `seed`."""
     budget = _attempt_budget(config.n_train + config.n_valid + config.n_test)
-    dataset = reasoning_gym.create_dataset(
+    dataset = _reasoning_gym().create_dataset(
         "chain_sum",
         size=budget,
         seed=_derive_seed(seed, "arith"),
@@ -303,7 +301,7 @@ def generate_gsm(config: GsmConfig, seed: int) -> Splits:
     """Disjoint, question-deduplicated ``gsm_symbolic`` splits, deterministic for `seed`."""
     budget = _attempt_budget(config.n_train + config.n_valid + config.n_test)
     # gsm_symbolic draws its template indices for all `size` items up front, prefix-stably.
-    dataset = reasoning_gym.create_dataset(
+    dataset = _reasoning_gym().create_dataset(
         "gsm_symbolic", size=budget, seed=_derive_seed(seed, "gsm")
     )
     records = (gsm_record(dataset[i]) for i in range(budget))
@@ -314,9 +312,16 @@ def generate_gsm(config: GsmConfig, seed: int) -> Splits:
 # scoring
 
 
+def _reasoning_gym() -> Any:
+    """reasoning-gym, imported on first use (it takes seconds; most stages never need it)."""
+    import reasoning_gym
+
+    return reasoning_gym
+
+
 @cache
 def _checker(name: str) -> Any:
-    return reasoning_gym.create_dataset(name, size=1, seed=0)
+    return _reasoning_gym().create_dataset(name, size=1, seed=0)
 
 
 def extract_answer(text: str, marker: str = ARITH_MARKER) -> str | None:

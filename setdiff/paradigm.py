@@ -1,8 +1,9 @@
 """Paradigms: the ONLY place AR, MDLM, BD3LM, AO-GPT and set diffusion differ.
 
 Each paradigm is a config record plus a class with
-- ``loss(model, batch, generator) -> LossOutput``: its order/noise sampler, training mask and
-  loss, all on the same `Transformer` backbone;
+- ``sample_noise(batch, generator) -> Noise``: its random draws (orders, noise levels, masks);
+- ``loss(model, batch, generator, noise=None) -> LossOutput``: its training mask and loss, all on
+  the same `Transformer` backbone;
 - ``decode_policy(options) -> DecodePolicy``: its sampler (see `setdiff.sampling`).
 
 Registry: ``PARADIGMS[name] = (ConfigClass, ParadigmClass)``; `make_paradigm(name, config)`.
@@ -63,6 +64,9 @@ class Batch:
     @property
     def is_target(self) -> torch.Tensor:
         return self.valid & ~self.is_context  # (B, L)
+
+    def select(self, index: torch.Tensor) -> Batch:
+        return Batch(self.tokens[index], self.context_len[index], self.length[index])
 
     def to(self, device: torch.device | str) -> Batch:
         return Batch(*(t.to(device) for t in (self.tokens, self.context_len, self.length)))
@@ -197,14 +201,41 @@ ParadigmConfig = ARConfig | MDLMConfig | BD3LMConfig | SetDLMConfig | AOGPTConfi
 # --------------------------------------------------------------------------------------------
 # Paradigms
 
+Noise = dict[str, torch.Tensor]
+"""A paradigm's random draws for one batch (orders, noise levels, mask draws), each (B, ...).
 
-class AR:
-    def __init__(self, config: ARConfig, mask_id: int) -> None:
+Drawing the noise of a whole global batch and slicing it by example is what lets a data-parallel
+run follow the same trajectory as one process (`setdiff.train`)."""
+
+
+class _Paradigm:
+    config: Any
+    mask_id: int
+
+    def __init__(self, config: Any, mask_id: int) -> None:
         self.config, self.mask_id = config, mask_id
 
+    def sample_noise(self, batch: Batch, generator: torch.Generator | None = None) -> Noise:
+        return {}
+
     def loss(
-        self, model: Transformer, batch: Batch, generator: torch.Generator | None = None
+        self,
+        model: Transformer,
+        batch: Batch,
+        generator: torch.Generator | None = None,
+        *,
+        noise: Noise | None = None,
     ) -> LossOutput:
+        """The training objective on `batch`, drawing its noise unless `noise` is given."""
+        noise = self.sample_noise(batch, generator) if noise is None else noise
+        return self.loss_with_noise(model, batch, noise)
+
+    def loss_with_noise(self, model: Transformer, batch: Batch, noise: Noise) -> LossOutput:
+        raise NotImplementedError
+
+
+class AR(_Paradigm):
+    def loss_with_noise(self, model: Transformer, batch: Batch, noise: Noise) -> LossOutput:
         tokens = batch.tokens
         L = tokens.shape[1]
         mask = causal_mask(L).to(tokens.device)
@@ -219,23 +250,21 @@ class AR:
         return ARPolicy.from_options(options)
 
 
-class MDLM:
-    def __init__(self, config: MDLMConfig, mask_id: int) -> None:
-        self.config, self.mask_id = config, mask_id
-
-    def loss(
-        self, model: Transformer, batch: Batch, generator: torch.Generator | None = None
-    ) -> LossOutput:
-        tokens, targets = batch.tokens, batch.is_target
-        B, L = tokens.shape
+class MDLM(_Paradigm):
+    def sample_noise(self, batch: Batch, generator: torch.Generator | None = None) -> Noise:
+        B, L = batch.tokens.shape
         # Antithetic (stratified) t over the batch lowers the variance of the NELBO estimate.
         u = torch.rand((), generator=generator).item()
-        t = ((u + torch.arange(B) / B) % 1.0).to(tokens.device)
+        t = (u + torch.arange(B) / B) % 1.0
         t = t * (1 - self.config.eps) + self.config.eps  # (B,)
+        return {"t": t, "u": torch.rand(B, L, generator=generator)}
+
+    def loss_with_noise(self, model: Transformer, batch: Batch, noise: Noise) -> LossOutput:
+        tokens, targets = batch.tokens, batch.is_target
+        L = tokens.shape[1]
+        t = noise["t"].to(tokens.device)
         p_mask = (1 - self.config.eps) * t
-        masked = targets & (
-            torch.rand(B, L, generator=generator).to(tokens.device) < p_mask[:, None]
-        )
+        masked = targets & (noise["u"].to(tokens.device) < p_mask[:, None])
         xt = torch.where(masked, self.mask_id, tokens)
         mask = with_key_padding(
             torch.ones(L, L, dtype=torch.bool, device=tokens.device), batch.valid
@@ -250,20 +279,22 @@ class MDLM:
         return MDLMPolicy.from_options(options)
 
 
-class BD3LM:
-    def __init__(self, config: BD3LMConfig, mask_id: int) -> None:
-        self.config, self.mask_id = config, mask_id
-
-    def loss(
-        self, model: Transformer, batch: Batch, generator: torch.Generator | None = None
-    ) -> LossOutput:
-        tokens, targets = batch.tokens, batch.is_target
-        B, L = tokens.shape
+class BD3LM(_Paradigm):
+    def sample_noise(self, batch: Batch, generator: torch.Generator | None = None) -> Noise:
+        B, L = batch.tokens.shape
         S, eps = self.config.block_size, self.config.eps
-        n_blocks = -(-L // S)
-        t_blocks = torch.rand(B, n_blocks, generator=generator).to(tokens.device) * (1 - eps) + eps
-        t = t_blocks.repeat_interleave(S, dim=1)[:, :L]  # (B, L)
-        masked = targets & (torch.rand(B, L, generator=generator).to(tokens.device) < (1 - eps) * t)
+        t_blocks = torch.rand(B, -(-L // S), generator=generator) * (1 - eps) + eps
+        return {
+            "t": t_blocks.repeat_interleave(S, dim=1)[:, :L],
+            "u": torch.rand(B, L, generator=generator),
+        }
+
+    def loss_with_noise(self, model: Transformer, batch: Batch, noise: Noise) -> LossOutput:
+        tokens, targets = batch.tokens, batch.is_target
+        L = tokens.shape[1]
+        S, eps = self.config.block_size, self.config.eps
+        t = noise["t"].to(tokens.device)  # (B, L): each position's block noise level
+        masked = targets & (noise["u"].to(tokens.device) < (1 - eps) * t)
         xt = torch.where(masked, self.mask_id, tokens)
         valid2 = torch.cat((batch.valid, batch.valid), dim=1)
         mask = with_key_padding(block_diffusion_mask(L, S).to(tokens.device), valid2)
@@ -278,15 +309,13 @@ class BD3LM:
         return BlockPolicy.from_options(options, block_size=self.config.block_size)
 
 
-class SetLoss:
+class SetLoss(_Paradigm):
     """Shared machinery of set diffusion and any-order AR: one order per sequence per step.
 
     Input ``[x0_perm ; xmasked_perm]`` (2L) with positions ``[perm ; perm]`` under the static
     set-causal mask; logits of the masked copy predict each query's own position (no shift).
     Padding needs no mask: it is last in every order and the rule is causal in rank.
     """
-
-    mask_id: int
 
     def sample_times(self, batch: Batch, generator: torch.Generator | None) -> torch.Tensor:
         raise NotImplementedError
@@ -295,11 +324,11 @@ class SetLoss:
         times = self.sample_times(batch, generator).to(batch.tokens.device)
         return order_from_times(times, batch.is_context, batch.valid)
 
-    def loss(
-        self, model: Transformer, batch: Batch, generator: torch.Generator | None = None
-    ) -> LossOutput:
-        perm = self.sample_order(batch, generator)  # (B, L)
-        return self.loss_for_order(model, batch, perm)
+    def sample_noise(self, batch: Batch, generator: torch.Generator | None = None) -> Noise:
+        return {"perm": self.sample_order(batch, generator)}  # (B, L)
+
+    def loss_with_noise(self, model: Transformer, batch: Batch, noise: Noise) -> LossOutput:
+        return self.loss_for_order(model, batch, noise["perm"].to(batch.tokens.device))
 
     def loss_for_order(self, model: Transformer, batch: Batch, perm: torch.Tensor) -> LossOutput:
         tokens = batch.tokens
@@ -314,9 +343,6 @@ class SetLoss:
 
 
 class SetDLM(SetLoss):
-    def __init__(self, config: SetDLMConfig, mask_id: int) -> None:
-        self.config, self.mask_id = config, mask_id
-
     def sample_times(self, batch: Batch, generator: torch.Generator | None) -> torch.Tensor:
         schedule = self.config.schedule(batch.tokens.shape[1])
         return schedule.sample_times(batch.tokens.shape[0], generator)
@@ -328,9 +354,6 @@ class SetDLM(SetLoss):
 
 
 class AOGPT(SetLoss):
-    def __init__(self, config: AOGPTConfig, mask_id: int) -> None:
-        self.config, self.mask_id = config, mask_id
-
     def sample_times(self, batch: Batch, generator: torch.Generator | None) -> torch.Tensor:
         B, L = batch.tokens.shape
         return sample_uniform_times(B, L, self.config.ltr_share, generator)

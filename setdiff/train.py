@@ -5,6 +5,10 @@ paradigm's order/noise sampling), so a run is a deterministic function of its se
 (model, EMA, optimizer, scheduler, generator state, step) are written atomically every
 `checkpoint_every` steps and on SIGTERM; a run restarted with the same checkpoint directory
 resumes where it stopped and ends at the same weights as an uninterrupted run.
+
+Data parallel: under ``torchrun`` (an initialised torch.distributed group) the model is wrapped in
+DistributedDataParallel and each rank trains on its slice of the same global batch; rank 0 alone
+logs and checkpoints.
 """
 
 from __future__ import annotations
@@ -90,6 +94,8 @@ class TrainResult:
     """Step the run resumed from (0 = fresh)."""
     weights: dict[str, torch.Tensor]
     """Weights to export (EMA when enabled)."""
+    train_losses: list[float] = dataclasses.field(default_factory=list)
+    """Global training loss of each step run by this call."""
 
 
 def train(
@@ -113,8 +119,11 @@ def train(
     """
     if config.threads:
         torch.set_num_threads(config.threads)
+    rank, world = rank_and_world()
+    check(config.batch_size % world == 0, f"batch_size {config.batch_size} % {world} ranks != 0")
     device = torch.device(config.device)
     net.to(device).train()
+    model = _wrap_data_parallel(net, device) if world > 1 else net
     optimizer = torch.optim.AdamW(
         net.parameters(),
         lr=config.lr,
@@ -126,33 +135,30 @@ def train(
     ema = _ema_init(net) if config.ema_decay > 0 else None
     state_path = Path(checkpoint_dir) / "state.pt" if checkpoint_dir else None
     step = _resume(state_path, net, optimizer, scheduler, generator, ema)
-    _truncate_log(log_path, step)
-    start_step, started, train_loss, eval_loss = step, time.perf_counter(), math.nan, math.nan
-    with _sigterm_as_stop() as stop_requested, _progress(config.steps, step, show_progress) as bar:
+    is_main = rank == 0
+    if is_main:
+        _truncate_log(log_path, step)
+    start_step, started, eval_loss = step, time.perf_counter(), math.nan
+    train_losses: list[float] = []
+    show = show_progress and is_main
+    with _sigterm_as_stop() as stop_requested, _progress(config.steps, step, show) as bar:
         while step < config.steps:
-            batch = train_split.sample(config.batch_size, generator).to(device)
-            with _autocast(config, device):
-                out = paradigm.loss(net, batch, generator)
-            optimizer.zero_grad(set_to_none=True)
-            out.loss.backward()
-            if config.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(net.parameters(), config.grad_clip)
+            train_loss = _step(model, paradigm, train_split, config, generator, device, rank, world)
             optimizer.step()
             scheduler.step()
             step += 1
-            train_loss = float(out.loss.detach())
-            if not math.isfinite(train_loss):
-                raise FloatingPointError(f"training loss is {train_loss} at step {step}; stopping")
+            train_losses.append(train_loss)
             if ema is not None:
                 _ema_update(ema, net, config.ema_decay)
             bar.update(1)
             bar.set_postfix(loss=f"{train_loss:.3f}")
             if step % config.eval_every == 0 or step == config.steps:
                 eval_loss = evaluate_loss(net, paradigm, valid_split, config, ema)
-                _log(log_path, step, train_loss, eval_loss, scheduler, started)
+                if is_main:
+                    _log(log_path, step, train_loss, eval_loss, scheduler, started)
                 if on_eval is not None:
                     on_eval(step, eval_loss)
-            if state_path and (step % config.checkpoint_every == 0 or stop_requested()):
+            if state_path and is_main and (step % config.checkpoint_every == 0 or stop_requested()):
                 _save_state(state_path, step, net, optimizer, scheduler, generator, ema)
             if stop_requested():
                 raise KeyboardInterrupt(f"SIGTERM: checkpointed at step {step}")
@@ -163,12 +169,64 @@ def train(
     )
     return TrainResult(
         steps=step,
-        final_train_loss=train_loss,
+        final_train_loss=train_losses[-1] if train_losses else math.nan,
         final_eval_loss=eval_loss,
         seconds=time.perf_counter() - started,
         resumed_from=start_step,
         weights=weights,
+        train_losses=train_losses,
     )
+
+
+def _step(
+    model: torch.nn.Module,
+    paradigm: Paradigm,
+    split: ArraySplit,
+    config: TrainConfig,
+    generator: torch.Generator,
+    device: torch.device,
+    rank: int,
+    world: int,
+) -> float:
+    """Forward/backward of this rank's share of one global batch; returns the global loss.
+
+    Every rank draws the same global batch and noise from the shared generator and keeps its own
+    slice, so any number of ranks follows the single-process trajectory (DDP averages gradients
+    of equal-size slices, which equals the global mean)."""
+    batch = split.sample(config.batch_size, generator)
+    noise = paradigm.sample_noise(batch, generator)
+    if world > 1:
+        share = config.batch_size // world
+        index = torch.arange(rank * share, (rank + 1) * share)
+        batch, noise = batch.select(index), {k: v[index] for k, v in noise.items()}
+    with _autocast(config, device):
+        out = paradigm.loss(model, batch.to(device), noise=noise)
+    model.zero_grad(set_to_none=True)
+    out.loss.backward()
+    if config.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+    loss = out.loss.detach()
+    if world > 1:
+        torch.distributed.all_reduce(loss)
+        loss = loss / world
+    value = float(loss)
+    if not math.isfinite(value):
+        raise FloatingPointError(f"training loss is {value}; stopping")
+    return value
+
+
+def rank_and_world() -> tuple[int, int]:
+    """(rank, world size) of an initialised torch.distributed group, else (0, 1)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def _wrap_data_parallel(net: Transformer, device: torch.device) -> torch.nn.Module:
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(net, device_ids=ids)
 
 
 @torch.no_grad()

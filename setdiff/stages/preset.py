@@ -19,6 +19,7 @@ from setdiff.params import Params, load_params
 from setdiff.stages.bench import BenchRunConfig, configurations
 from setdiff.stages.common import StudyConfig, model_config, paradigm_config
 from setdiff.stages.evaluate import EvalConfig
+from setdiff.stages.textgen import TextGenConfig
 from setdiff.stages.train import TaskTrainConfig
 from setdiff.tokenizer import TokenizerConfig
 
@@ -33,6 +34,7 @@ TOP_LEVEL = (
     "evaluate",
     "decode",
     "bench",
+    "textgen",
 )
 """Every top-level key a preset may hold (each is read by some stage)."""
 
@@ -59,6 +61,8 @@ def validate(params: Params) -> StudyConfig:
         except ValueError as err:
             raise ConfigError(f"{params.path}: decode.{name}: {err}") from None
     _validate_bench(params, study)
+    if "text" in study.tasks:
+        params.section("textgen", TextGenConfig)
     extra = sorted(set(params.get_path("paradigm")) - set(PARADIGMS))
     if extra:
         raise ConfigError(f"{params.path}: paradigm: unknown paradigm(s) {extra}")
@@ -101,4 +105,4 @@ def main(argv: list[str]) -> None:
         f"# Edit {source} (or add a preset) and re-run `setdiff preset`, not this file.\n"
     )
     write_text(args.out, header + source.read_text())
-    print(f"params.yaml <- {source} (tasks {list(study.tasks)}, paradigms {list(study.paradigms)})")
+    print(f"{args.out} <- {source} (tasks {list(study.tasks)}, paradigms {list(study.paradigms)})")
