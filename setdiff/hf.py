@@ -27,7 +27,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from setdiff.artifacts import TOKENIZER_FILE, WEIGHTS_FILE, atomic_dir, load_net
-from setdiff.model import ModelConfig, Transformer
+from setdiff.model import ModelConfig, Transformer, rope_inv_freq
 from setdiff.tokenizer import Tokenizer, load_hf_tokenizer, load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -187,8 +187,11 @@ def load_hf_backbone(
     net = Transformer(config)
     weights = _read_weights(directory)
     _load_state(net, weights, directory)
+    net.to(dtype)
+    # RoPE frequencies stay float32 whatever the parameter dtype, as in HF.
+    net.inv_freq = rope_inv_freq(config.head_dim, config.rope_theta)
     logger.info("loaded %s backbone from %s", raw["model_type"], directory)
-    return net.to(dtype).eval(), raw
+    return net.eval(), raw
 
 
 def model_config_from_hf(raw: Mapping[str, Any]) -> ModelConfig:
@@ -357,7 +360,7 @@ def _vocab_of(tokenizer_or_vocab: Any) -> Mapping[str, int]:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m setdiff.hf export <model_dir> <out_dir>``."""
     parser = argparse.ArgumentParser(
-        prog="python -m setdiff.hf", description=__doc__.split("\n")[0]
+        prog="python -m setdiff.hf", description="Hugging Face format conversion."
     )
     commands = parser.add_subparsers(dest="command", required=True)
     export = commands.add_parser("export", help="write an ar model directory in HF Llama format")

@@ -98,7 +98,7 @@ def rope_cos_sin(
     Returns:
         cos, sin: (B, 1, T, E).
     """
-    freqs = positions.float()[..., None] * inv_freq  # (B, T, E/2)
+    freqs = positions.float()[..., None] * inv_freq.float()  # (B, T, E/2), float32 as HF
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
 

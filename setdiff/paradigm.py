@@ -74,17 +74,32 @@ class Batch:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class LossOutput:
-    loss: torch.Tensor  # () mean over sequences of per-token NLL (the training objective)
+    loss: torch.Tensor  # () mean of per_sequence over counted sequences (the objective)
     nll_sum: torch.Tensor  # (B,) summed (weighted) NLL of each sequence's targets
     n_tokens: torch.Tensor  # (B,) target tokens per sequence
+    per_sequence: torch.Tensor  # (B,) each sequence's term of the objective
+    counted: torch.Tensor  # (B,) bool, sequences that enter the mean (have targets/masks)
+
+    def sum_over(self, n_counted: torch.Tensor) -> torch.Tensor:
+        """Sum of this batch's terms divided by a count taken over a larger (global) batch."""
+        return (self.per_sequence * self.counted).sum() / n_counted.clamp(min=1)
+
+
+def _mean_counted(per_seq: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:
+    return per_seq[counted].mean() if counted.any() else per_seq.sum() * 0
 
 
 def _reduce(nll: torch.Tensor, weight: torch.Tensor, n_tokens: torch.Tensor) -> LossOutput:
     nll_sum = (nll * weight).sum(-1)
     per_seq = nll_sum / n_tokens.clamp(min=1)
-    has_targets = n_tokens > 0
-    loss = per_seq[has_targets].mean() if has_targets.any() else per_seq.sum() * 0
-    return LossOutput(loss=loss, nll_sum=nll_sum.detach(), n_tokens=n_tokens)
+    counted = n_tokens > 0
+    return LossOutput(
+        loss=_mean_counted(per_seq, counted),
+        nll_sum=nll_sum.detach(),
+        n_tokens=n_tokens,
+        per_sequence=per_seq,
+        counted=counted,
+    )
 
 
 def _reduce_masked(
@@ -100,10 +115,15 @@ def _reduce_masked(
     masked_f = masked.float()
     n_masked = masked_f.sum(-1)
     per_seq = (nll * masked_f).sum(-1) / n_masked.clamp(min=1)
-    has = n_masked > 0
-    loss = per_seq[has].mean() if has.any() else per_seq.sum() * 0
+    counted = n_masked > 0
     nll_sum = (nll * masked_f / t).sum(-1).detach()
-    return LossOutput(loss=loss, nll_sum=nll_sum, n_tokens=n_tokens)
+    return LossOutput(
+        loss=_mean_counted(per_seq, counted),
+        nll_sum=nll_sum,
+        n_tokens=n_tokens,
+        per_sequence=per_seq,
+        counted=counted,
+    )
 
 
 def _masked_nll(logits: torch.Tensor, targets: torch.Tensor, mask_id: int) -> torch.Tensor:

@@ -201,11 +201,16 @@ def _step(
         batch, noise = batch.select(index), {k: v[index] for k, v in noise.items()}
     with _autocast(config, device):
         out = paradigm.loss(model, batch.to(device), noise=noise)
+    objective = out.loss
+    if world > 1:  # the global mean: local sum over the global count, times world (DDP averages)
+        n_counted = out.counted.sum()
+        torch.distributed.all_reduce(n_counted)
+        objective = out.sum_over(n_counted) * world
     model.zero_grad(set_to_none=True)
-    out.loss.backward()
+    objective.backward()
     if config.grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-    loss = out.loss.detach()
+    loss = objective.detach()
     if world > 1:
         torch.distributed.all_reduce(loss)
         loss = loss / world

