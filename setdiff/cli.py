@@ -16,6 +16,7 @@ STAGES: dict[str, str] = {
     "train": "Train one (task, paradigm) model; resumable; writes models/<task>/<paradigm>/.",
     "evaluate": "Held-out likelihood bound / perplexity of one model; writes metrics/.",
     "bench": "Speed-quality sweep of every paradigm on one answer task (batch 1); results/.",
+    "baseline": "The AR model served by transformers and vLLM, side by side with ours; results/.",
     "tradeoff": "Headline speed ratios at matched accuracy, with bootstrap CIs; metrics/.",
     "floor": "Check the arith quality floors (AR >= 0.8, setdlm within 10 points); metrics/.",
     "trial": "One ablation trial (train at a reduced budget or load, then decode); result.json.",

@@ -16,6 +16,7 @@ from setdiff.data import DataConfig
 from setdiff.evaluate import ANSWER_TASKS
 from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.params import Params, load_params
+from setdiff.stages.baseline import BaselineConfig
 from setdiff.stages.bench import BenchRunConfig, configurations
 from setdiff.stages.common import StudyConfig, model_config, paradigm_config
 from setdiff.stages.evaluate import EvalConfig
@@ -35,6 +36,7 @@ TOP_LEVEL = (
     "decode",
     "bench",
     "textgen",
+    "baseline",
 )
 """Every top-level key a preset may hold (each is read by some stage)."""
 
@@ -61,6 +63,7 @@ def validate(params: Params) -> StudyConfig:
         except ValueError as err:
             raise ConfigError(f"{params.path}: decode.{name}: {err}") from None
     _validate_bench(params, study)
+    params.section("baseline", BaselineConfig)
     if "text" in study.tasks:
         params.section("textgen", TextGenConfig)
     extra = sorted(set(params.get_path("paradigm")) - set(PARADIGMS))

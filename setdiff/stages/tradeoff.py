@@ -117,8 +117,8 @@ def matched(rows: list[dict[str, Any]], method: str, baseline: str, n_boot: int)
 def engines(
     baseline_rows: list[dict[str, Any]], setdlm_ar: dict[str, Any], n_boot: int
 ) -> dict[str, Any]:
-    """AR engines against our AR decoder, measured side by side in the baseline stage."""
-    grouped = group(baseline_rows)
+    """AR engines against our AR decoder, measured side by side in the baseline stage (batch 1)."""
+    grouped = group(r for r in baseline_rows if r["regime"] == "latency")
     points = summarize(grouped)
     own = [k for k in points if k[1] == "setdiff"]
     out: dict[str, Any] = {}

@@ -1,0 +1,303 @@
+"""DVC stage ``baseline``: the AR model served by other engines, side by side with our decoder.
+
+``setdiff baseline --task arith`` reads ``baseline`` and writes ``results/baseline/<task>.csv``
+(tidy rows, `setdiff.measure` contract) and ``results/baseline/<task>.json`` (which engine ran,
+which was unavailable and why, fingerprint). The AR model ``models/<task>/ar`` is exported to
+the Hugging Face format (``models/<task>/ar-hf``) and decoded greedily by:
+- ``setdiff``: our KV-cached AR decoder (in process) — the reference every engine is paired with;
+- ``transformers``: ``generate`` with KV cache on the exported checkpoint;
+- ``vllm``: the exported checkpoint behind vLLM's OpenAI-compatible server (started here on
+  127.0.0.1 from the vLLM environment, or ``baseline.vllm.base_url``), called with the openai
+  client; also at concurrency 1..N for the throughput regime.
+Latency rows interleave the engines per example. If vLLM cannot run, the stage fails with the
+reason unless ``baseline.vllm.on_unavailable: skip`` is set, in which case the JSON says it was
+skipped and why: no engine is ever silently substituted for another.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from tqdm.auto import tqdm
+
+from setdiff.artifacts import LoadedModel, load_model, run_id, write_json
+from setdiff.config import ConfigError, check, frozen, to_dict
+from setdiff.data import extract_answer, from_jsonl
+from setdiff.evaluate import ANSWER_TASKS
+from setdiff.measure import Row, count_new_tokens, fingerprint, peak_memory_mb, timed, write_rows
+from setdiff.params import load_params
+from setdiff.sampling.loop import generate
+from setdiff.stages.common import Layout, parse_args, setup_logging
+
+log = logging.getLogger(__name__)
+
+Engine = Literal["transformers", "vllm"]
+
+
+@frozen
+class VLLMConfig:
+    base_url: str | None = None
+    """An already running OpenAI-compatible server (loopback); None = start one here."""
+    on_unavailable: Literal["fail", "skip"] = "fail"
+    """When vLLM cannot run: fail the stage, or record it as skipped with the reason."""
+    startup_timeout_s: float = 300.0
+    concurrency: tuple[int, ...] = (1, 4)
+    """Concurrent requests for the throughput regime."""
+    timeout_s: float = 60.0
+    retries: int = 2
+
+
+@frozen
+class BaselineConfig:
+    engines: tuple[Engine, ...] = ("transformers", "vllm")
+    n_examples: int = 100
+    warmup: int = 3
+    device: str = "cpu"
+    threads: int = 1
+    vllm: VLLMConfig = VLLMConfig()
+
+    def __post_init__(self) -> None:
+        check(self.n_examples >= 1 and self.warmup >= 0, "n_examples >= 1 and warmup >= 0")
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv, "AR baselines served by other engines.", paradigm=False)
+    setup_logging()
+    params = load_params(args.params)
+    config = params.section("baseline", BaselineConfig)
+    if args.task not in ANSWER_TASKS:
+        raise ConfigError(f"baseline: task {args.task!r} has no answers")
+    layout = Layout(args.root, args.task)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    from setdiff.hf import export_hf
+
+    hf_dir = export_hf(layout.model("ar"), layout.model("ar-hf"))
+    own = load_model(layout.model("ar"), device=config.device)
+    records = from_jsonl((layout.raw / "test.jsonl").read_bytes())[: config.n_examples]
+    warm = from_jsonl((layout.raw / "valid.jsonl").read_bytes())[: config.warmup]
+    prompts = [[own.tokenizer.bos_id] + own.tokenizer.encode(r["prompt"]) for r in records]
+    warm_prompts = [[own.tokenizer.bos_id] + own.tokenizer.encode(r["prompt"]) for r in warm]
+    status: dict[str, Any] = {}
+    with _engines(config, hf_dir, own, status) as engines:
+        rows = _latency_rows(args.task, own, engines, prompts, warm_prompts, records)
+        if "vllm" in engines:
+            more, status["vllm"]["throughput"] = _throughput_rows(
+                args.task, own, engines["vllm"], prompts, records, config
+            )
+            rows += more
+    out = layout.root / "results" / "baseline" / f"{args.task}.csv"
+    write_rows(out, rows)
+    write_json(
+        out.with_suffix(".json"),
+        {
+            "task": args.task,
+            "config": to_dict(config),
+            "engines": status,
+            "batched_decode": {
+                "setdiff": "not supported (batch-1 samplers)",
+                "transformers": "not measured",
+            },
+            "fingerprint": fingerprint(
+                torch.device(config.device),
+                params_hash=run_id(params.get_path("baseline")),
+                checkpoints={"ar": layout.model("ar")},
+            ),
+        },
+    )
+    log.info("wrote %d rows to %s; engines: %s", len(rows), out, status)
+
+
+Decoder = Callable[[list[int]], tuple[list[int], float]]
+"""prompt ids -> (new token ids, seconds)."""
+
+
+@contextlib.contextmanager
+def _engines(
+    config: BaselineConfig, hf_dir: Path, own: LoadedModel, status: dict[str, Any]
+) -> Iterator[dict[str, Decoder]]:
+    """Decoders by engine name, own AR first; vLLM's server lives as long as the context."""
+    eos, seq_len = own.tokenizer.eos_id, own.net.config.max_seq_len
+    device = torch.device(config.device)
+
+    def ours(prompt: list[int]) -> tuple[list[int], float]:
+        result, seconds = timed(
+            lambda: generate(own, prompt, max_new_tokens=seq_len - len(prompt), stop_ids=[eos]),
+            device,
+        )
+        return result.tokens, seconds
+
+    engines: dict[str, Decoder] = {"setdiff": ours}
+    status["setdiff"] = {"status": "ran"}
+    if "transformers" in config.engines:
+        from setdiff.baselines.hf_engine import hf_generate, load_hf_model
+
+        model = load_hf_model(hf_dir, device=config.device)
+        engines["transformers"] = lambda p: _pick(hf_generate(model, p, seq_len - len(p), eos))
+        status["transformers"] = {"status": "ran"}
+    with contextlib.ExitStack() as stack:
+        if "vllm" in config.engines:
+            engines_vllm = _vllm(config.vllm, hf_dir, own, stack, status)
+            if engines_vllm is not None:
+                engines["vllm"] = engines_vllm
+        yield engines
+
+
+def _pick(out: dict[str, Any]) -> tuple[list[int], float]:
+    return list(out["tokens"]), float(out["seconds"])
+
+
+def _vllm(
+    config: VLLMConfig,
+    hf_dir: Path,
+    own: LoadedModel,
+    stack: contextlib.ExitStack,
+    status: dict[str, Any],
+) -> Decoder | None:
+    from setdiff.baselines.openai_client import complete, make_client
+    from setdiff.baselines.vllm_server import VLLMServer
+
+    seq_len, tok = own.net.config.max_seq_len, own.tokenizer
+    try:
+        if config.base_url is None:
+            server = stack.enter_context(
+                VLLMServer(
+                    hf_dir, max_model_len=seq_len, startup_timeout_s=config.startup_timeout_s
+                )
+            )
+            base_url, name = server.base_url, server.served_model_name
+        else:
+            base_url, name = config.base_url, hf_dir.name
+        client = stack.enter_context(make_client(base_url, timeout=config.timeout_s))
+    except (OSError, RuntimeError, ValueError) as err:
+        reason = f"{type(err).__name__}: {err}"
+        if config.on_unavailable == "fail":
+            raise RuntimeError(
+                f"vLLM is unavailable ({reason}); install it (make vllm-env) or "
+                "set baseline.vllm.on_unavailable: skip"
+            ) from err
+        status["vllm"] = {"status": "skipped", "reason": reason}
+        log.warning("vLLM skipped: %s", reason)
+        return None
+    status["vllm"] = {"status": "ran", "base_url": base_url}
+
+    def decode(prompt: list[int]) -> tuple[list[int], float]:
+        out = complete(
+            base_url,
+            name,
+            prompt,
+            seq_len - len(prompt),
+            eos_id=tok.eos_id,
+            suppress_ids=[tok.mask_id],
+            tokenizer=tok,
+            timeout=config.timeout_s,
+            retries=config.retries,
+            client=client,
+        )
+        if out.tokens is None:
+            raise RuntimeError("vLLM returned no token ids and they could not be recovered")
+        return out.tokens, out.seconds
+
+    return decode
+
+
+def _row(
+    task: str,
+    engine: str,
+    own: LoadedModel,
+    prompt: list[int],
+    tokens: list[int],
+    seconds: float,
+    record: dict[str, Any],
+    index: int,
+    regime: str = "latency",
+    concurrency: int = 1,
+) -> Row:
+    marker, scorer = ANSWER_TASKS[task]
+    n_new = count_new_tokens(tokens, [own.tokenizer.eos_id])
+    text = own.tokenizer.decode(tokens[:n_new])
+    score = scorer(extract_answer(text, marker), record["entry"])
+    label = "greedy" if regime == "latency" else f"greedy concurrency={concurrency}"
+    return Row(
+        task=task,
+        paradigm="ar",
+        engine=engine,
+        config=label,
+        window=None,
+        threshold=None,
+        regime=regime,
+        concurrency=concurrency,
+        example=index,
+        prompt_tokens=len(prompt),
+        new_tokens=n_new,
+        nfe=n_new,
+        latency_s=seconds,
+        forward_s=None,
+        peak_mem_mb=peak_memory_mb(torch.device("cpu")),
+        kv_cache_mb=None,
+        score=score,
+        exact=float(score == 1.0),
+        stopped=n_new < len(tokens) or own.tokenizer.eos_id in tokens,
+    )
+
+
+def _latency_rows(
+    task: str,
+    own: LoadedModel,
+    engines: dict[str, Decoder],
+    prompts: list[list[int]],
+    warm: list[list[int]],
+    records: list[dict[str, Any]],
+) -> list[Row]:
+    for prompt in warm:
+        for decode in engines.values():
+            decode(prompt)
+    rows = []
+    for i, prompt in enumerate(tqdm(prompts, desc=f"baseline {task}")):
+        for name, decode in engines.items():
+            tokens, seconds = decode(prompt)
+            rows.append(_row(task, name, own, prompt, tokens, seconds, records[i], i))
+    return rows
+
+
+def _throughput_rows(
+    task: str,
+    own: LoadedModel,
+    decode: Decoder,
+    prompts: list[list[int]],
+    records: list[dict[str, Any]],
+    config: BaselineConfig,
+) -> tuple[list[Row], dict[str, float]]:
+    """vLLM at each concurrency: requests in flight at once; latency is per request, and the
+    aggregate tokens/s (all tokens over the wall time of the batch) is returned by concurrency."""
+    rows, aggregate = [], {}
+    for n in config.vllm.concurrency:
+        tic = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
+            results = list(pool.map(decode, prompts))
+        wall = time.perf_counter() - tic
+        for i, (tokens, seconds) in enumerate(results):
+            rows.append(
+                _row(
+                    task,
+                    "vllm",
+                    own,
+                    prompts[i],
+                    tokens,
+                    seconds,
+                    records[i],
+                    i,
+                    regime="throughput",
+                    concurrency=n,
+                )
+            )
+        aggregate[str(n)] = sum(r.new_tokens for r in rows[-len(prompts) :]) / wall
+        log.info("vLLM concurrency %d: %.1f tokens/s", n, aggregate[str(n)])
+    return rows, aggregate
