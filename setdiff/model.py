@@ -96,17 +96,19 @@ def rope_cos_sin(
         positions: (B, T) integer position ids.
         inv_freq: (E/2,) from `rope_inv_freq`.
     Returns:
-        cos, sin: (B, 1, T, E).
+        cos: (B, 1, T, E); sin: (B, 1, T, E) with its first half negated, so that HF's
+        ``x * cos + rotate_half(x) * sin`` becomes ``x * cos + x.roll(E/2) * sin`` (one op less).
     """
     freqs = positions.float()[..., None] * inv_freq.float()  # (B, T, E/2), float32 as HF
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
+    cos, sin = freqs.cos(), freqs.sin()
+    return (
+        torch.cat((cos, cos), dim=-1).to(dtype)[:, None],
+        torch.cat((-sin, sin), dim=-1).to(dtype)[:, None],
+    )
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin
 
 
 class Attention(nn.Module):
@@ -136,12 +138,14 @@ class Attention(nn.Module):
         cache: KVCache | None,
     ) -> torch.Tensor:
         B, T, _ = x.shape
-        q_BTHE = self.q_proj(x).view(B, T, self.n_head, self.head_dim)
-        k_BTGE = self.k_proj(x).view(B, T, self.n_kv_head, self.head_dim)
+        # F.linear on the weights skips nn.Module dispatch, which matters for tiny decode steps.
+        q_BTHE = F.linear(x, self.q_proj.weight).view(B, T, self.n_head, self.head_dim)
+        k_BTGE = F.linear(x, self.k_proj.weight).view(B, T, self.n_kv_head, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q_BTHE, k_BTGE = self.q_norm(q_BTHE), self.k_norm(k_BTGE)
         q_BHTE, k_BGTE = q_BTHE.transpose(1, 2), k_BTGE.transpose(1, 2)
-        v_BGTE = self.v_proj(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+        v_BTGE = F.linear(x, self.v_proj.weight).view(B, T, self.n_kv_head, self.head_dim)
+        v_BGTE = v_BTGE.transpose(1, 2)
         q_BHTE, k_BGTE = apply_rope(q_BHTE, cos, sin), apply_rope(k_BGTE, cos, sin)
         if cache is not None:
             # Cached keys are post-RoPE at their true positions; the new ones are staged and only
@@ -150,7 +154,7 @@ class Attention(nn.Module):
         y = F.scaled_dot_product_attention(
             q_BHTE, k_BGTE, v_BGTE, attn_mask=mask, enable_gqa=self.n_kv_head != self.n_head
         )
-        return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
+        return F.linear(y.transpose(1, 2).reshape(B, T, -1), self.o_proj.weight)
 
 
 class MLP(nn.Module):
@@ -161,7 +165,8 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(config.d_ff, config.d_model, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = F.linear(x, self.gate_proj.weight), F.linear(x, self.up_proj.weight)
+        return F.linear(F.silu(gate) * up, self.down_proj.weight)
 
 
 class Block(nn.Module):
@@ -249,7 +254,7 @@ class Transformer(nn.Module):
             mask = mask[:, None]
         for block in self.model.layers:
             x = block(x, cos, sin, mask, cache)
-        return self.lm_head(self.model.norm(x))
+        return F.linear(self.model.norm(x), self.lm_head.weight)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

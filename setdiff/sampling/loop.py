@@ -152,7 +152,7 @@ def _forward(
     net: Any, state: DecodeState, plan: Plan, cache: KVCache | None, device: torch.device
 ) -> torch.Tensor:
     """Logits (C + M, V) of the plan's committed tokens then queries."""
-    all_groups = torch.tensor(state.groups + plan.groups.tolist(), dtype=torch.long)
+    all_groups = torch.cat((state.groups, plan.groups))
     n_commit, m = plan.commit.numel(), plan.queries.numel()
     if cache is not None:
         cache.make_room(n_commit + m)
@@ -160,7 +160,7 @@ def _forward(
         positions = torch.cat((plan.commit, plan.queries))
         mask = decode_mask(all_groups[len(all_groups) - keep :], n_commit, plan.query_attend)
     else:
-        committed = torch.cat((torch.tensor(state.committed, dtype=torch.long), plan.commit))
+        committed = torch.cat((state.committed, plan.commit))
         positions = torch.cat((committed, plan.queries))
         mask = decode_mask(all_groups, len(committed), plan.query_attend)
     tokens = state.canvas[positions]

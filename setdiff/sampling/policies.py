@@ -142,11 +142,11 @@ class SetPolicy(_Options):
         if not state.has_masks:
             return None
         commit = state.uncommitted_decoded()
-        if not state.committed:  # prefill: every given token, causal in position order
+        if not state.n_committed:  # prefill: every given token, causal in position order
             return _causal_plan(state, commit, torch.empty(0, dtype=torch.long))
         masked = state.is_masked.nonzero().flatten()
-        if self.window != "all":
-            masked = masked[masked < state.frontier() + self.window]
+        if self.window != "all":  # masked[0] is the frontier
+            masked = masked[masked < masked[0] + self.window]
         return _causal_plan(state, commit, masked)
 
     def select(
@@ -192,7 +192,7 @@ class AnyOrderPolicy(_Options):
         if not state.has_masks:
             return None
         commit = state.uncommitted_decoded()
-        if not state.committed:
+        if not state.n_committed:
             return _causal_plan(state, commit, torch.empty(0, dtype=torch.long))
         masked = state.is_masked.nonzero().flatten()
         return _causal_plan(state, commit, masked)
@@ -254,7 +254,9 @@ class BlockPolicy(_Options):
         commit = state.uncommitted_decoded(below=start)
         groups = commit // S  # finished blocks: bidirectional within, causal across
         nothing_generated = bool(state.is_masked[state.gen_start : state.gen_end].all())
-        if not state.committed and nothing_generated and commit.numel():  # the prompt's full blocks
+        if (
+            not state.n_committed and nothing_generated and commit.numel()
+        ):  # the prompt's full blocks
             return Plan(
                 commit, groups, torch.empty(0, dtype=torch.long), torch.ones(0, 0, dtype=torch.bool)
             )

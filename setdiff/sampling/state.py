@@ -29,8 +29,9 @@ class DecodeState:
     is_committed: torch.Tensor  # (S,) bool
     gen_start: int  # first generated slot
     gen_end: int  # one past the last generated slot
-    committed: list[int] = dataclasses.field(default_factory=list)  # commit order
-    groups: list[int] = dataclasses.field(default_factory=list)
+    order: torch.Tensor  # (S,) committed positions in commit order; the first n_committed are set
+    group_of: torch.Tensor  # (S,) their groups
+    n_committed: int = 0
 
     @classmethod
     def new(cls, prompt: list[int], n_new: int, suffix: list[int], mask_id: int) -> DecodeState:
@@ -43,11 +44,23 @@ class DecodeState:
             is_committed=torch.zeros_like(is_masked),
             gen_start=len(prompt),
             gen_end=len(prompt) + n_new,
+            order=torch.empty(canvas.numel(), dtype=torch.long),
+            group_of=torch.empty(canvas.numel(), dtype=torch.long),
         )
 
     @property
+    def committed(self) -> torch.Tensor:
+        """(N,) committed positions in commit order."""
+        return self.order[: self.n_committed]
+
+    @property
+    def groups(self) -> torch.Tensor:
+        """(N,) groups of the committed positions."""
+        return self.group_of[: self.n_committed]
+
+    @property
     def next_group(self) -> int:
-        return self.groups[-1] + 1 if self.groups else 0
+        return int(self.group_of[self.n_committed - 1]) + 1 if self.n_committed else 0
 
     @property
     def has_masks(self) -> bool:
@@ -60,15 +73,17 @@ class DecodeState:
 
     def uncommitted_decoded(self, below: int | None = None) -> torch.Tensor:
         """Positions decoded (or given) but not committed, in position order."""
-        ready = ~self.is_masked & ~self.is_committed
+        ready = ~(self.is_masked | self.is_committed)
         if below is not None:
             ready[below:] = False
         return ready.nonzero().flatten()
 
     def record_commit(self, positions: torch.Tensor, groups: torch.Tensor) -> None:
+        n = positions.numel()
         self.is_committed[positions] = True
-        self.committed.extend(positions.tolist())
-        self.groups.extend(groups.tolist())
+        self.order[self.n_committed : self.n_committed + n] = positions
+        self.group_of[self.n_committed : self.n_committed + n] = groups
+        self.n_committed += n
 
     def accept(self, positions: torch.Tensor, tokens: torch.Tensor) -> None:
         if not bool(self.is_masked[positions].all()):
