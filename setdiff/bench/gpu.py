@@ -1,0 +1,219 @@
+"""GPU check: bf16 training steps, cached = uncached decoding on the device, batch-1 decode speed.
+
+    python -m setdiff.bench.gpu [--device cuda] [--out metrics/bench/gpu.json]
+
+Runs in a few minutes on one GPU (and, for checking the script itself, on CPU with
+``--device cpu``). Writes one JSON file with:
+- ``train``: per paradigm, a few optimizer steps under bf16 autocast (``--dtype``): loss finite
+  and decreasing over the steps, step time;
+- ``cache``: per paradigm, tokens of ``use_cache=True`` vs ``use_cache=False`` decoding on the
+  device (float32) and the max logit difference;
+- ``decode``: batch-1 decode of ``--new-tokens`` tokens for ar / bd3lm / setdlm (threshold off
+  and 0.9), timed with CUDA events (perf_counter on CPU), interleaved, median of ``--repeats``.
+Weights are random: this checks the GPU paths and their speed, not model quality.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from typing import Any
+
+import torch
+
+from setdiff.artifacts import write_json
+from setdiff.batching import ArraySplit
+from setdiff.measure import timed
+from setdiff.model import ModelConfig, Transformer
+from setdiff.paradigm import PARADIGMS, make_paradigm
+from setdiff.sampling.loop import generate
+
+MASK_ID = 3
+
+
+def model_config(size: str, vocab: int, length: int) -> ModelConfig:
+    if size == "tiny":
+        return ModelConfig(
+            vocab_size=vocab,
+            n_layer=2,
+            n_head=2,
+            n_kv_head=1,
+            d_model=128,
+            d_ff=256,
+            max_seq_len=length,
+        )
+    return ModelConfig(
+        vocab_size=vocab,
+        n_layer=12,
+        n_head=12,
+        n_kv_head=4,
+        d_model=768,
+        d_ff=2048,
+        max_seq_len=length,
+    )
+
+
+def check_training(
+    config: ModelConfig, device: torch.device, dtype: str, steps: int, batch: int
+) -> dict[str, Any]:
+    g = torch.Generator().manual_seed(0)
+    length = min(config.max_seq_len, 128)
+    tokens = torch.randint(4, config.vocab_size, (256, length), generator=g)
+    tokens[:, 0] = 1
+    for i in range(8, length):  # learnable: copy of the token 8 positions back
+        tokens[:, i] = tokens[:, i - 8]
+    split = ArraySplit(tokens, torch.full((256,), 8), torch.full((256,), length))
+    return {
+        name: _train_steps(config, name, split, device, dtype, steps, batch, g)
+        for name in PARADIGMS
+    }
+
+
+def _train_steps(
+    config: ModelConfig,
+    name: str,
+    split: ArraySplit,
+    device: torch.device,
+    dtype: str,
+    steps: int,
+    batch: int,
+    g: torch.Generator,
+) -> dict[str, Any]:
+    torch.manual_seed(0)
+    net = Transformer(config).to(device).train()
+    paradigm = make_paradigm(name, mask_id=MASK_ID)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    autocast = torch.autocast(device.type, dtype=getattr(torch, dtype), enabled=dtype != "float32")
+    losses, times = [], []
+    for _ in range(steps):
+        b = split.sample(batch, g).to(device)
+
+        def step(b: Any = b) -> float:
+            with autocast:
+                loss = paradigm.loss(net, b, g).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            return float(loss)
+
+        loss, seconds = timed(step, device)
+        losses.append(loss)
+        times.append(seconds)
+    return {
+        "losses": losses,
+        "finite": all(math.isfinite(v) for v in losses),
+        "decreased": losses[-1] < losses[0],
+        "step_seconds": statistics.median(times),
+    }
+
+
+def check_cache(config: ModelConfig, device: torch.device, new_tokens: int) -> dict[str, Any]:
+    torch.manual_seed(0)
+    net = Transformer(config).to(device).eval()
+    options = {
+        "ar": {},
+        "mdlm": {"chunk_size": 8},
+        "bd3lm": {"threshold": 0.5},
+        "aogpt": {"order": "confidence"},
+        "setdlm": {"window": 4, "threshold": 0.5},
+    }
+    out = {}
+    for name, opts in options.items():
+        paradigm = make_paradigm(name, mask_id=MASK_ID)
+        runs = [
+            generate(
+                net,
+                [1, 5, 6, 7],
+                max_new_tokens=new_tokens,
+                paradigm=paradigm,
+                use_cache=use,
+                trace_logits=True,
+                **opts,
+            )
+            for use in (True, False)
+        ]
+        diff = max(
+            float((a - b).abs().max()) for a, b in zip(runs[0].logits, runs[1].logits, strict=True)
+        )
+        out[name] = {
+            "same_tokens": runs[0].tokens == runs[1].tokens,
+            "max_logit_diff": diff,
+            "nfe": runs[0].nfe,
+        }
+    return out
+
+
+def check_decode(
+    config: ModelConfig, device: torch.device, new_tokens: int, repeats: int
+) -> dict[str, Any]:
+    torch.manual_seed(0)
+    net = Transformer(config).to(device).eval()
+    cases = {
+        "ar": ("ar", {}),
+        "bd3lm": ("bd3lm", {"threshold": "off"}),
+        "setdlm": ("setdlm", {"window": 4}),
+        "setdlm_tau0.9": ("setdlm", {"window": 4, "threshold": 0.9}),
+    }
+    prompt = [1] + list(range(4, 36))
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    nfe = {}
+    for _ in range(repeats + 1):  # the first round is warm-up
+        for key, (name, opts) in cases.items():
+            paradigm = make_paradigm(name, mask_id=MASK_ID)
+            result, seconds = timed(
+                lambda p=paradigm, o=opts: generate(
+                    net, prompt, max_new_tokens=new_tokens, paradigm=p, **o
+                ),
+                device,
+            )
+            times[key].append(seconds)
+            nfe[key] = result.nfe
+    out = {
+        k: {
+            "seconds": statistics.median(v[1:]),
+            "tokens_per_second": new_tokens / statistics.median(v[1:]),
+            "nfe": nfe[k],
+        }
+        for k, v in times.items()
+    }
+    for key in cases:
+        out[key]["speed_vs_ar"] = out[key]["tokens_per_second"] / out["ar"]["tokens_per_second"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m setdiff.bench.gpu",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    parser.add_argument("--size", default="small", choices=["tiny", "small"])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default="metrics/bench/gpu.json")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: run with --device cpu to check the script itself")
+    config = model_config(args.size, vocab=512, length=512)
+    report = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "dtype": args.dtype,
+        "size": args.size,
+        "train": check_training(config, device, args.dtype, args.steps, args.batch),
+        "cache": check_cache(config, device, min(args.new_tokens, 64)),
+        "decode": check_decode(config, device, args.new_tokens, args.repeats),
+    }
+    write_json(args.out, report)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

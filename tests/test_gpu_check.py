@@ -1,0 +1,55 @@
+"""The GPU check script's logic, run on CPU (bf16 autocast works on CPU too); and on CUDA if any."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from setdiff.bench import gpu
+
+
+def _run(device: str, tmp_path: Path) -> dict:
+    out = tmp_path / "gpu.json"
+    gpu.main(
+        [
+            "--device",
+            device,
+            "--dtype",
+            "bfloat16",
+            "--size",
+            "tiny",
+            "--steps",
+            "3",
+            "--batch",
+            "4",
+            "--new-tokens",
+            "16",
+            "--repeats",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
+    return json.loads(out.read_text())
+
+
+def _check(report: dict) -> None:
+    assert set(report["train"]) == {"ar", "mdlm", "bd3lm", "aogpt", "setdlm"}
+    assert all(r["finite"] for r in report["train"].values())
+    for name, r in report["cache"].items():
+        assert r["same_tokens"] and r["max_logit_diff"] < 1e-4, name
+    assert {"ar", "bd3lm", "setdlm"} <= set(report["decode"])
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_on_cpu(tmp_path: Path) -> None:
+    _check(_run("cpu", tmp_path))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_check_on_cuda(tmp_path: Path) -> None:
+    _check(_run("cuda", tmp_path))
