@@ -1,0 +1,162 @@
+"""Two runs side by side: ``python -m reports.compare <dirA> <dirB> --out reports/out/compare``.
+
+Each directory is a run root holding ``results/`` and ``metrics/`` (and optionally ``models/``,
+``params.yaml``, ``dvc.lock``), e.g. two presets or two git revisions. Writes ``report.md``,
+``report.html`` and ``figures/*.png``: the two runs' provenance, a `dvc metrics diff`-style
+table over every ``metrics/**/*.json`` number, accuracy and tokens/s per configuration in both
+runs, and the trade-off and training figures with both runs overlaid (A solid, B dashed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from reports import tables
+from reports.build import (
+    git_revision,
+    item_blocks,
+    missing_blocks,
+    png_writer,
+    report_date,
+    write_report,
+)
+from reports.document import Block, Heading, Table, Text
+from reports.items import ITEMS, Derived, Item, derive, make_items
+from reports.load import Run, flatten_metrics, load_run
+from reports.style import set_theme
+
+log = logging.getLogger(__name__)
+
+OVERLAID = ("quality_vs_throughput", "quality_vs_tokens_per_forward", "quality_vs_latency")
+
+
+def run_labels(roots: Sequence[Path]) -> tuple[str, str]:
+    """Short labels of two runs: their directory names, or A / B when those coincide."""
+    names = [Path(r).resolve().name or str(r) for r in roots]
+    return (names[0], names[1]) if names[0] != names[1] else ("A", "B")
+
+
+def _tagged(frames: Sequence[pd.DataFrame], labels: Sequence[str]) -> pd.DataFrame:
+    tagged = [f.assign(run=label) for f, label in zip(frames, labels, strict=True) if not f.empty]
+    return pd.concat(tagged, ignore_index=True) if tagged else pd.DataFrame()
+
+
+def merge(runs: Sequence[Derived], labels: Sequence[str]) -> Derived:
+    """One `Derived` holding both runs, every frame tagged with a ``run`` column."""
+
+    def field(name: str) -> pd.DataFrame:
+        return _tagged([getattr(d.run, name) for d in runs], labels)
+
+    missing = [
+        dataclasses.replace(m, path=f"{label}: {m.path}")
+        for d, label in zip(runs, labels, strict=True)
+        for m in d.run.missing
+    ]
+    names = [f.name for f in dataclasses.fields(Run) if f.type == "pd.DataFrame"]
+    run = Run(root=runs[0].run.root, params={}, missing=missing, **{n: field(n) for n in names})
+    return Derived(
+        run=run,
+        points=_tagged([d.points for d in runs], labels),
+        orders=_tagged([d.orders for d in runs], labels),
+        sizes=_tagged([d.sizes for d in runs], labels),
+    )
+
+
+def compare_items(metrics_diff: pd.DataFrame, labels: tuple[str, str]) -> tuple[Item, ...]:
+    """The comparison's figures and tables (overlays reuse the report's items)."""
+    by_name = {item.name: item for item in ITEMS}
+    return (
+        Item(
+            name="metrics_diff",
+            title="Metrics diff",
+            section="Metrics",
+            needs=("evaluate", "train", "tradeoff", "textgen"),
+            make=lambda d: metrics_diff,
+            caption=f"Every number in `metrics/**/*.json` that differs ({labels[0]} → "
+            f"{labels[1]}); rows present in one run only have one value.",
+        ),
+        Item(
+            name="points_diff",
+            title="Accuracy and tokens/s per configuration",
+            section="Speed–quality trade-offs",
+            needs=("bench", "baseline"),
+            make=lambda d: None if d.points.empty else tables.points_diff_table(d.points, labels),
+            caption=f"speed ratio = tokens/s of {labels[1]} / tokens/s of {labels[0]}.",
+        ),
+        *(dataclasses.replace(by_name[n], section="Speed–quality trade-offs") for n in OVERLAID),
+        dataclasses.replace(
+            by_name["training_curves"], caption=f"{labels[0]} solid, {labels[1]} dashed."
+        ),
+    )
+
+
+def runs_table(runs: Sequence[Derived], labels: Sequence[str]) -> pd.DataFrame:
+    """Provenance of both runs side by side."""
+
+    def describe(d: Derived) -> dict[str, str]:
+        prints = d.run.fingerprints
+        first = prints.drop_duplicates("key").set_index("key")["value"] if len(prints) else {}
+        return {
+            "directory": str(d.run.root.resolve()),
+            "params preset": d.run.preset or "unknown",
+            "checkout revision": git_revision(d.run.root),
+            **{k: tables.fmt(first.get(k)) for k in ("git_revision", "params_hash")},
+            **{k: tables.fmt(first.get(k)) for k in ("device", "device_name", "torch", "python")},
+            "configurations measured": str(len(d.points)),
+            "missing inputs": str(len(d.run.missing)),
+        }
+
+    columns = {label: describe(d) for d, label in zip(runs, labels, strict=True)}
+    return pd.DataFrame(columns).rename_axis("field").reset_index()
+
+
+def compare(
+    root_a: Path, root_b: Path, out: Path, labels: tuple[str, str] | None = None
+) -> list[Block]:
+    """Load both runs, build the comparison, write it under `out`."""
+    labels = labels or run_labels([root_a, root_b])
+    runs = [derive(load_run(root)) for root in (root_a, root_b)]
+    metrics = [flatten_metrics(root) for root in (root_a, root_b)]
+    diff = tables.metrics_diff_table(*metrics, labels)
+    if diff.empty and any(len(m) for m in metrics):
+        same = f"all {max(len(m) for m in metrics)} metrics are equal in both runs"
+        diff = pd.DataFrame({"path": ["(all)"], "metric": [same]})
+    merged = merge(runs, labels)
+    made = make_items(merged, compare_items(diff, labels))
+    png = png_writer(out / "figures")
+    blocks: list[Block] = [
+        Heading(f"Comparison: {labels[0]} vs {labels[1]}", 1),
+        Text(f"Built {report_date()}. {labels[0]} is drawn solid, {labels[1]} dashed."),
+        Heading("Runs"),
+        Table(runs_table(runs, labels)),
+        *missing_blocks(merged.run, made),
+    ]
+    for section in dict.fromkeys(m.item.section for m in made):
+        blocks.append(Heading(section))
+        for m in (m for m in made if m.item.section == section):
+            blocks += item_blocks(m, merged.run, png)
+    write_report(blocks, out, f"Comparison {labels[0]} vs {labels[1]}")
+    return blocks
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_a", type=Path, help="first run root (results/, metrics/)")
+    parser.add_argument("run_b", type=Path, help="second run root")
+    parser.add_argument("--out", type=Path, default=Path("reports/out/compare"))
+    parser.add_argument("--labels", nargs=2, metavar=("A", "B"), help="names of the two runs")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    set_theme()
+    compare(args.run_a, args.run_b, args.out, tuple(args.labels) if args.labels else None)
+    log.info("wrote %s", args.out / "report.md")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""``metrics/tradeoff/<task>.json`` -> one flat record per comparison (pure, no I/O).
+
+Each ``<method>_vs_<baseline>`` section becomes a record with the speedup, its 95% CI, what the
+accuracy was matched at, and both sides' configuration; ``ar_engines`` becomes two records per
+engine (engine vs our AR decoder, and setdlm vs the engine). A section the pipeline marks
+``{"missing": reason}`` keeps its reason, so the report can say why a number is absent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _point_fields(point: Any, prefix: str) -> dict[str, Any]:
+    if not isinstance(point, dict):
+        return {}
+    keys = ("config", "engine", "accuracy", "tokens_per_second")
+    return {f"{prefix}_{k}": point.get(k) for k in keys}
+
+
+def _comparison(task: str, name: str, body: Any) -> dict[str, Any]:
+    method, _, baseline = name.partition("_vs_")
+    row: dict[str, Any] = {"task": task, "comparison": f"{method} vs {baseline}"}
+    if not isinstance(body, dict) or "missing" in body:
+        reason = body.get("missing") if isinstance(body, dict) else "not an object"
+        return row | {"missing": str(reason)}
+    ci = body.get("ci95") or [None, None]
+    row |= {"speedup": body.get("speedup"), "ci_lo": ci[0], "ci_hi": ci[1]}
+    row |= _point_fields(body.get(method), "method") | _point_fields(body.get(baseline), "baseline")
+    if "accuracy_level" in body:
+        row["matched"] = f"accuracy ≥ {body['accuracy_level']:.3g}"
+    elif isinstance(body.get("reference"), dict) and "max_drop" in body:
+        ref = body["reference"]
+        row["matched"] = f"within {body['max_drop']:.3g} of {method} {ref.get('config')!r}"
+    return row
+
+
+def _engine_comparisons(task: str, engines: Any, setdlm: Any) -> list[dict[str, Any]]:
+    """``ar_engines``: each engine over our AR decoder (measured side by side, with a CI), and
+    setdlm over the engine, chained through ``setdlm_vs_ar`` (a ratio without its own CI)."""
+    if not isinstance(engines, dict) or "missing" in engines:
+        reason = engines.get("missing") if isinstance(engines, dict) else "absent"
+        return [{"task": task, "comparison": "ar engines", "missing": str(reason)}]
+    rows = []
+    for key, body in engines.items():
+        point = body.get("engine") if isinstance(body.get("engine"), dict) else {}
+        engine = str(point.get("engine") or body.get("engine") or key.split(":")[0])
+        ci = body.get("ci95") or [None, None]
+        row = {"task": task, "comparison": f"ar · {key} vs ar · setdiff", "ci_lo": ci[0]}
+        row |= {"speedup": body.get("engine_over_own_ar"), "ci_hi": ci[1]}
+        row |= _point_fields(point, "method") | _point_fields(body.get("own_ar"), "baseline")
+        rows.append(row | {"matched": "same model and examples, side by side"})
+        chained = body.get(f"setdlm_vs_{engine}")
+        label = f"setdlm vs ar · {key}"
+        if isinstance(chained, dict):
+            rows.append(_comparison(task, f"setdlm_vs_{engine}", chained) | {"comparison": label})
+        elif isinstance(chained, int | float):
+            matched = "chained: (setdlm vs ar) / (engine vs ar); no CI"
+            row = {"task": task, "comparison": label, "speedup": chained, "matched": matched}
+            row |= _point_fields(setdlm, "method") | _point_fields(point, "baseline")
+            rows.append(row)
+        else:
+            rows.append({"task": task, "comparison": label, "missing": "not reported"})
+    return rows
+
+
+def _comparison_rank(row: dict[str, Any]) -> int:
+    """Headline first: setdlm vs our AR, vs each AR engine, engines vs our AR, then the rest."""
+    name = row["comparison"]
+    prefixes = ("setdlm vs ar · ", "ar · ")
+    if name == "setdlm vs ar":
+        return 0
+    return next((i + 1 for i, p in enumerate(prefixes) if name.startswith(p)), len(prefixes) + 1)
+
+
+def flatten_tradeoff(task: str, data: dict[str, Any]) -> list[dict[str, Any]]:
+    """metrics/tradeoff/<task>.json -> one dict per comparison (missing ones carry `missing`)."""
+    rows = []
+    headline = data.get("setdlm_vs_ar")
+    setdlm = headline.get("setdlm") if isinstance(headline, dict) else None
+    for name, body in data.items():
+        if name == "ar_engines":
+            rows += _engine_comparisons(task, body, setdlm)
+        elif "_vs_" in name:
+            rows.append(_comparison(task, name, body))
+    return sorted(rows, key=_comparison_rank)

@@ -1,0 +1,418 @@
+"""One function per figure: a tidy frame in, a matplotlib `Figure` out. No I/O, no theme changes.
+
+Figures are built on `matplotlib.figure.Figure` directly (no pyplot state), so nothing leaks
+between calls. Every plotted series carries a ``gid`` (``"<what>:<task>:<series>"``) so tests
+can find it and compare its data with the tables. When a frame has a ``run`` column (comparison
+mode), each run is drawn in its own line style and labelled ``"<series> (<run>)"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from reports.analysis import pareto_mask
+from reports.style import (
+    MUTED_COLOR,
+    PARADIGM_COLORS,
+    RUN_LINESTYLES,
+    paradigm_order,
+    series_color,
+    series_marker,
+    shades,
+)
+
+QUALITY_X: dict[str, tuple[str, bool, bool]] = {
+    "tokens_per_second": ("tokens / s (higher is faster)", True, True),
+    "tokens_per_forward": ("tokens per forward (higher = fewer model calls)", True, False),
+    "latency_s": ("latency per example, s (lower is faster)", False, True),
+}
+"""x column -> (axis label, larger is better, log scale)."""
+
+
+def _grid(nrows: int, ncols: int, width: float = 5.5, height: float = 4.0) -> np.ndarray:
+    fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
+    return fig.subplots(nrows, ncols, squeeze=False)
+
+
+def _unique(frame: pd.DataFrame, column: str) -> list:
+    return list(dict.fromkeys(frame[column])) if column in frame else [None]
+
+
+def _runs(frame: pd.DataFrame) -> list[tuple[int, object, pd.DataFrame]]:
+    """(index, run label or None, rows of that run)."""
+    if "run" not in frame:
+        return [(0, None, frame)]
+    return [(i, run, frame[frame["run"] == run]) for i, run in enumerate(_unique(frame, "run"))]
+
+
+def _label(name: str, run: object) -> str:
+    return name if run is None else f"{name} ({run})"
+
+
+def _draw_quality_series(
+    ax: Axes, group: pd.DataFrame, x: str, label: str, run_index: int, gid: str
+) -> None:
+    """Points with 95% CI bars, the series' Pareto front as a line, frontier configs labelled."""
+    first = group.iloc[0]
+    color = series_color(first["paradigm"], first["engine"])
+    group = group.sort_values(x)
+    y = group["accuracy"].to_numpy(float)
+    low = (y - group["accuracy_lo"].to_numpy(float)).clip(min=0)
+    high = (group["accuracy_hi"].to_numpy(float) - y).clip(min=0)
+    bars = ax.errorbar(
+        group[x].to_numpy(float),
+        y,
+        yerr=np.nan_to_num(np.vstack([low, high])),
+        fmt=series_marker(first["engine"], first["regime"], first.get("source", "bench")),
+        color=color,
+        mfc=color if run_index == 0 else "white",
+        capsize=3,
+        markersize=6,
+        label=label,
+    )
+    bars.lines[0].set_gid(f"points:{gid}")
+    bars.lines[2][0].set_gid(f"ci:{gid}")
+    _, larger, _ = QUALITY_X[x]
+    front = group[pareto_mask(group, x, larger_x=larger)].sort_values(x)
+    ax.plot(
+        front[x].to_numpy(float),
+        front["accuracy"].to_numpy(float),
+        color=color,
+        linestyle=RUN_LINESTYLES[run_index % len(RUN_LINESTYLES)],
+        linewidth=1.5,
+        alpha=0.8,
+        gid=f"frontier:{gid}",
+        label=f"_frontier {label}",
+    )
+    if run_index == 0 and len(group) > 1:
+        for row in front.itertuples():
+            ax.annotate(
+                str(row.config),
+                (getattr(row, x), row.accuracy),
+                xytext=(3, 3),
+                textcoords="offset points",
+                fontsize=7,
+                color=color,
+            )
+
+
+def _plot_quality_vs(points: pd.DataFrame, x: str) -> Figure:
+    label, _, log = QUALITY_X[x]
+    tasks = _unique(points, "task")
+    axes = _grid(1, len(tasks))
+    for ax, task in zip(axes[0], tasks, strict=True):
+        for run_index, run, frame in _runs(points[points["task"] == task]):
+            for series, group in frame.groupby("series", sort=False):
+                name = _label(str(series), run)
+                _draw_quality_series(ax, group, x, name, run_index, f"{task}:{name}")
+        ax.set(xlabel=label, ylabel="accuracy (exact match)", title=str(task))
+        if log:
+            ax.set_xscale("log")
+            ax.xaxis.set_major_locator(
+                LogLocator(base=10, subs=(1.0, 2.0, 3.0, 5.0, 7.0), numticks=30)
+            )
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        if points["accuracy"].between(0, 1).all():
+            ax.set_ylim(-0.03, 1.03)
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig = axes[0, 0].figure
+    fig.suptitle("bars: 95% bootstrap CI over examples; lines: Pareto front", fontsize="small")
+    return fig
+
+
+def plot_quality_vs_throughput(points: pd.DataFrame) -> Figure:
+    """Accuracy vs tokens/s per configuration, one Pareto front per paradigm / AR engine.
+
+    Args:
+        points: `analysis.summarize_configs` output (optionally with a ``run`` column).
+    """
+    return _plot_quality_vs(points, "tokens_per_second")
+
+
+def plot_quality_vs_tokens_per_forward(points: pd.DataFrame) -> Figure:
+    """Accuracy vs tokens decoded per model forward (parallelism, independent of hardware)."""
+    return _plot_quality_vs(points, "tokens_per_forward")
+
+
+def plot_quality_vs_latency(points: pd.DataFrame) -> Figure:
+    """Accuracy vs mean per-example latency; the front is lower-latency-and-more-accurate."""
+    return _plot_quality_vs(points, "latency_s")
+
+
+# --- ablations --------------------------------------------------------------------------------
+
+
+def _short(value: float) -> str:
+    """Heatmap cell text: 3 significant digits, no exponent below a million."""
+    if pd.isna(value):
+        return ""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def _level_key(value: object) -> tuple[int, float, str]:
+    """Sort key of a knob level: words ("off") first, then numbers and "lo–hi" bins by value."""
+    try:
+        return (1, float(str(value).split("–")[0]), "")
+    except ValueError:
+        return (0, 0.0, str(value))
+
+
+def _pivot(trials: pd.DataFrame, x: str, y: str | None, value: str) -> pd.DataFrame:
+    frame = trials.assign(_y="all") if y is None else trials
+    table = frame.pivot_table(index=y or "_y", columns=x, values=value, aggfunc="mean")
+    rows = sorted(table.index, key=_level_key)
+    return table.reindex(index=rows, columns=sorted(table.columns, key=_level_key))
+
+
+def plot_ablation_heatmaps(
+    trials: pd.DataFrame,
+    x: str,
+    y: str | None,
+    values: Sequence[str] = ("accuracy", "tokens_per_second"),
+) -> Figure:
+    """Mean of each of `values` over completed trials on an (`x`, `y`) knob grid, per task.
+
+    Args:
+        trials: ablation trials (``state``, knob columns ``param_*``, metric columns, ``task``).
+        x, y: knob columns for the heatmap axes (`y` None: one row).
+    """
+    if "state" in trials:
+        trials = trials[trials["state"] == "COMPLETE"]
+    tasks = _unique(trials, "task")
+    axes = _grid(len(tasks), len(values), width=5.0, height=3.8)
+    for row, task in enumerate(tasks):
+        frame = trials[trials["task"] == task]
+        for ax, value in zip(axes[row], values, strict=True):
+            table = _pivot(frame, x, y, value)
+            cmap = "viridis" if value == "accuracy" else "mako"
+            bounds = {"vmin": 0.0, "vmax": 1.0} if value == "accuracy" else {}
+            sns.heatmap(
+                table,
+                annot=table.map(_short),
+                fmt="",
+                cmap=cmap,
+                ax=ax,
+                cbar_kws={"label": value},
+                **bounds,
+            )
+            ax.collections[0].set_gid(f"heatmap:{task}:{value}")
+            ax.set(xlabel=x.removeprefix("param_"), ylabel=(y or "").removeprefix("param_"))
+            ax.set_title(f"{task}: mean {value}")
+    return axes[0, 0].figure
+
+
+TRIAL_X: dict[str, tuple[str, bool]] = {
+    "tokens_per_second": ("tokens / s", True),
+    "tokens_per_forward": ("tokens per forward", True),
+    "nfe_mean": ("mean NFE per answer (lower is faster)", False),
+}
+"""Trial metric on the x axis -> (label, larger is better)."""
+
+
+def _draw_study(ax: Axes, done: pd.DataFrame, x: str, gid: str) -> None:
+    """Completed trials grey; Pareto-optimal ones in their paradigm's colour, joined by the
+    staircase that bounds the dominated region."""
+    larger = TRIAL_X[x][1]
+    front = done["is_pareto"].astype(bool) if "is_pareto" in done else None
+    if front is None:
+        front = pareto_mask(done, x, larger_x=larger)
+    rest, best = done[~front], done[front].sort_values(x)
+    ax.scatter(
+        rest[x].to_numpy(float),
+        rest["accuracy"].to_numpy(float),
+        color=MUTED_COLOR,
+        s=18,
+        label="trial",
+        gid=f"trials:{gid}",
+    )
+    paradigms = best["paradigm"] if "paradigm" in best else pd.Series("setdlm", index=best.index)
+    for paradigm in paradigm_order(paradigms):
+        mine = best[paradigms == paradigm]
+        ax.scatter(
+            mine[x].to_numpy(float),
+            mine["accuracy"].to_numpy(float),
+            s=40,
+            zorder=3,
+            color=PARADIGM_COLORS.get(paradigm, MUTED_COLOR),
+            label=f"Pareto-optimal ({paradigm})",
+            gid=f"pareto:{gid}:{paradigm}",
+        )
+    ax.plot(
+        best[x].to_numpy(float),
+        best["accuracy"].to_numpy(float),
+        color="black",
+        linewidth=0.8,
+        drawstyle="steps-pre" if larger else "steps-post",
+        gid=f"pareto-line:{gid}",
+        label="_front",
+    )
+
+
+def plot_optuna_pareto(trials: pd.DataFrame, x: str = "tokens_per_second") -> Figure:
+    """Optuna trials in (`x`, accuracy), one panel per task (and study); the study's
+    Pareto-optimal trials (``is_pareto``, else computed) highlighted by paradigm.
+
+    Args:
+        trials: ablation trials (task, state, accuracy, `x`[, is_pareto, paradigm, study]).
+        x: the speed metric of the study's objectives (`TRIAL_X`).
+    """
+    keys = ["task", "study"] if "study" in trials else ["task"]
+    groups = list(trials.groupby(keys, sort=False))
+    axes = _grid(1, len(groups))
+    for ax, (key, frame) in zip(axes[0], groups, strict=True):
+        name = ":".join(str(k) for k in key)
+        states = frame["state"].value_counts() if "state" in frame else pd.Series(dtype=int)
+        done = frame[frame["state"] == "COMPLETE"] if "state" in frame else frame
+        _draw_study(ax, done.dropna(subset=[x, "accuracy"]), x, name)
+        counts = ", ".join(f"{n} {str(s).lower()}" for s, n in states.items())
+        ax.set(xlabel=TRIAL_X[x][0], ylabel="accuracy", title=f"{name}: {counts or 'no trials'}")
+        ax.legend(fontsize="small")
+    return axes[0, 0].figure
+
+
+# --- decode traces ----------------------------------------------------------------------------
+
+
+def _draw_set_sizes(ax: Axes, frame: pd.DataFrame, task: str, paradigm: str) -> None:
+    """Dodged bars: share of forwards per set size, one shade of the paradigm per config."""
+    configs = _unique(frame, "config")
+    colors = shades(PARADIGM_COLORS.get(paradigm, MUTED_COLOR), len(configs))
+    width = 0.8 / len(configs)
+    for j, config in enumerate(configs):
+        values = frame.loc[frame["config"] == config, "set_size"]
+        share = values.value_counts(normalize=True).sort_index()
+        ax.bar(
+            share.index.to_numpy(float) + (j - (len(configs) - 1) / 2) * width,
+            share.to_numpy(),
+            width=width,
+            color=colors[j],
+            label=f"{config} (mean {values.mean():.2f})",
+            gid=f"hist:{task}:{paradigm}:{config}",
+        )
+    sizes = sorted(frame["set_size"].unique())
+    if len(sizes) <= 16:
+        ax.set_xticks(sizes)
+    ax.set_title(f"{task} · {paradigm}", color=PARADIGM_COLORS.get(paradigm, "black"))
+    ax.set(xlabel="tokens accepted per forward", ylabel="share of forwards")
+    ax.legend(fontsize="x-small")
+
+
+def plot_set_size_histogram(sizes: pd.DataFrame, columns: int = 3) -> Figure:
+    """Share of forwards accepting k tokens: a panel per (task, paradigm), `columns` per row,
+    one bar shade per configuration (legend: config and its mean set size).
+
+    Args:
+        sizes: `analysis.trace_set_sizes` output (task, paradigm, config, set_size).
+    """
+    panels = [
+        (task, paradigm, frame)
+        for task in _unique(sizes, "task")
+        for paradigm in paradigm_order(sizes["paradigm"])
+        if len(frame := sizes[(sizes["task"] == task) & (sizes["paradigm"] == paradigm)])
+    ]
+    columns = min(columns, len(panels))
+    axes = _grid(-(-len(panels) // columns), columns, width=4.2, height=3.2).ravel()
+    for ax, (task, paradigm, frame) in zip(axes, panels, strict=False):
+        _draw_set_sizes(ax, frame, task, paradigm)
+    for ax in axes[len(panels) :]:
+        ax.remove()
+    return axes[0].figure
+
+
+def _plot_per_config(orders: pd.DataFrame, value: str, xlabel: str, reference: float) -> Figure:
+    """Per (paradigm, config): a box of `value` over examples and one dot per example."""
+    tasks = _unique(orders, "task")
+    n_rows = orders.groupby(["paradigm", "config"]).ngroups
+    axes = _grid(1, len(tasks), width=6.5, height=max(2.5, 0.45 * n_rows + 1.2))
+    rng = np.random.default_rng(0)  # fixed jitter: identical figures for identical inputs
+    for ax, task in zip(axes[0], tasks, strict=True):
+        frame = orders[orders["task"] == task]
+        groups = list(frame.groupby(["paradigm", "config"], sort=False))
+        for i, ((paradigm, config), group) in enumerate(groups):
+            color = PARADIGM_COLORS.get(str(paradigm), MUTED_COLOR)
+            values = group[value].dropna().to_numpy(float)
+            if values.size:
+                box = ax.boxplot(
+                    [values],
+                    positions=[i],
+                    orientation="horizontal",
+                    widths=0.6,
+                    showfliers=False,
+                    patch_artist=True,
+                )
+                box["boxes"][0].set(facecolor=color, alpha=0.25, edgecolor=color)
+                box["medians"][0].set(color="black")
+            jitter = rng.uniform(-0.18, 0.18, size=values.size)
+            ax.scatter(
+                values,
+                i + jitter,
+                s=10,
+                color=color,
+                alpha=0.8,
+                gid=f"{value}:{task}:{paradigm}:{config}",
+            )
+        ax.set_yticks(range(len(groups)), [f"{p} · {c}" for (p, c), _ in groups], fontsize=8)
+        ax.axvline(reference, color="black", linewidth=0.8, linestyle=":")
+        ax.set(xlabel=xlabel, title=str(task))
+        ax.invert_yaxis()
+        present = paradigm_order(frame["paradigm"])
+        handles = [Patch(color=PARADIGM_COLORS.get(p, MUTED_COLOR), label=p) for p in present]
+        ax.legend(handles=handles, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
+    return axes[0, 0].figure
+
+
+def plot_kendall_tau(orders: pd.DataFrame) -> Figure:
+    """Kendall's tau-b of decode order vs left-to-right, per example (1 = strictly left-to-right).
+
+    Args:
+        orders: `analysis.trace_orders` output (task, paradigm, config, kendall_tau).
+    """
+    return _plot_per_config(orders, "kendall_tau", "Kendall's tau vs left-to-right order", 1.0)
+
+
+def plot_frontier_distance(orders: pd.DataFrame) -> Figure:
+    """Window occupancy: mean distance of decoded positions from the left-to-right frontier."""
+    label = "mean distance of decoded positions from the frontier (tokens; 0 = AR)"
+    return _plot_per_config(orders, "frontier_distance", label, 0.0)
+
+
+# --- training ---------------------------------------------------------------------------------
+
+
+def plot_training_curves(log: pd.DataFrame) -> Figure:
+    """Train loss and eval loss vs step, one line per paradigm (and run), one row per task.
+
+    Args:
+        log: train logs (task, paradigm, step, train_loss, eval_loss[, run]).
+    """
+    tasks = _unique(log, "task")
+    metrics = [m for m in ("train_loss", "eval_loss") if m in log]
+    axes = _grid(len(tasks), len(metrics), width=5.5, height=3.6)
+    for row, task in enumerate(tasks):
+        for ax, metric in zip(axes[row], metrics, strict=True):
+            for run_index, run, frame in _runs(log[log["task"] == task]):
+                for paradigm in paradigm_order(frame["paradigm"]):
+                    curve = frame[frame["paradigm"] == paradigm].dropna(subset=[metric])
+                    curve = curve.sort_values("step")
+                    name = _label(paradigm, run)
+                    ax.plot(
+                        curve["step"].to_numpy(float),
+                        curve[metric].to_numpy(float),
+                        marker=".",
+                        label=name,
+                        color=PARADIGM_COLORS.get(paradigm, MUTED_COLOR),
+                        linestyle=RUN_LINESTYLES[run_index % len(RUN_LINESTYLES)],
+                        gid=f"{metric}:{task}:{name}",
+                    )
+            ax.set(xlabel="step", ylabel=metric.replace("_", " "), title=f"{task}: {metric}")
+            ax.legend(fontsize="small")
+    return axes[0, 0].figure

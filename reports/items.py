@@ -1,0 +1,309 @@
+"""The report's figures and tables as a registry: each `Item` names the input kinds it reads.
+
+`make_items` runs them over a `Derived` run; a missing input leaves an item empty (None) and a
+failing item is recorded, never raised, so one bad artifact cannot sink the report. The build
+(`reports.build`) and comparison (`reports.compare`) modules decide how items are laid out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from reports import analysis, figures, study, tables
+from reports.load import KINDS, Missing, Run
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Derived:
+    """A run plus the frames every figure reads, computed once."""
+
+    run: Run
+    points: pd.DataFrame
+    """`analysis.summarize_configs` of bench + baseline rows."""
+    orders: pd.DataFrame
+    sizes: pd.DataFrame
+
+
+def derive(run: Run) -> Derived:
+    """Summaries and trace analytics of a loaded run; a failure empties that frame and is
+    recorded in ``run.missing`` (never raised)."""
+
+    def guarded(make: Callable[[], pd.DataFrame], kind: str, what: str) -> pd.DataFrame:
+        try:
+            return make()
+        except Exception as err:  # noqa: BLE001 - reported in "Missing inputs", see docstring
+            log.exception("could not derive %s", what)
+            problem = f"unusable for {what}: {type(err).__name__}: {err}"
+            run.missing.append(Missing(KINDS[kind], problem, kind))
+            return pd.DataFrame()
+
+    return Derived(
+        run=run,
+        points=guarded(
+            lambda: analysis.summarize_configs(run.rows, run.throughput), "bench", "summaries"
+        ),
+        orders=guarded(lambda: analysis.trace_orders(run.traces), "traces", "decode orders"),
+        sizes=guarded(lambda: analysis.trace_set_sizes(run.traces), "traces", "set sizes"),
+    )
+
+
+Output = Figure | pd.DataFrame | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Item:
+    """One figure or table of the report and the input kinds (`load.KINDS`) it reads."""
+
+    name: str
+    title: str
+    section: str
+    needs: tuple[str, ...]
+    make: Callable[[Derived], Output]
+    caption: str = ""
+
+
+def _when(frame: pd.DataFrame, make: Callable[[pd.DataFrame], Output]) -> Output:
+    return None if frame.empty else make(frame)
+
+
+def ablation_knobs(trials: pd.DataFrame) -> tuple[str, str | None] | None:
+    """Heatmap axes: set size x window where they vary, else the knobs with the most levels."""
+    knobs = [c for c in trials.columns if c.startswith("param_") and trials[c].nunique() > 1]
+    preferred = [k for k in ("param_set_size", "param_window") if k in knobs]
+    rest = sorted(set(knobs) - set(preferred), key=lambda c: (-trials[c].nunique(), c))
+    chosen = (preferred + rest)[:2]
+    if not chosen:
+        return None
+    return chosen[0], (chosen[1] if len(chosen) > 1 else None)
+
+
+def _ablation_heatmaps(d: Derived) -> Output:
+    trials = d.run.trials
+    if trials.empty:
+        return None
+    if "paradigm" in trials and trials["paradigm"].nunique() > 1:
+        # Knobs mean different things per paradigm: map the method the study is about.
+        trials = trials[trials["paradigm"] == "setdlm"]
+    trials = analysis.bin_knobs(trials)
+    axes = ablation_knobs(trials)
+    return None if axes is None else figures.plot_ablation_heatmaps(trials, *axes)
+
+
+def _window_threshold(d: Derived) -> Output:
+    grid = analysis.knob_grid(d.points) if not d.points.empty else pd.DataFrame()
+    if len(grid) < 2:
+        return None
+    return figures.plot_ablation_heatmaps(grid, "param_window", "param_threshold")
+
+
+TRADEOFF, ABLATION, DECODE = "Speed–quality trade-offs", "Ablations", "Decode order"
+LIKELIHOOD, TEXTGEN, TRAINING, PROVENANCE = (
+    "Likelihood",
+    "Text generation",
+    "Training",
+    "Provenance",
+)
+SECTIONS = (TRADEOFF, ABLATION, DECODE, LIKELIHOOD, TEXTGEN, TRAINING, PROVENANCE)
+
+ITEMS: tuple[Item, ...] = (
+    Item(
+        name="quality_vs_throughput",
+        title="Accuracy vs tokens/s",
+        section=TRADEOFF,
+        needs=("bench", "baseline"),
+        make=lambda d: _when(d.points, figures.plot_quality_vs_throughput),
+        caption=(
+            "One point per configuration with its 95% bootstrap CI over examples; the line is each "
+            "series' Pareto front (configurations labelled). AR engines are separate series."
+        ),
+    ),
+    Item(
+        name="quality_vs_tokens_per_forward",
+        title="Accuracy vs tokens per forward",
+        section=TRADEOFF,
+        needs=("bench", "baseline"),
+        make=lambda d: _when(d.points, figures.plot_quality_vs_tokens_per_forward),
+        caption=(
+            "Tokens decoded per model call: the parallelism a paradigm extracts, independent of "
+            "hardware."
+        ),
+    ),
+    Item(
+        name="quality_vs_latency",
+        title="Accuracy vs latency",
+        section=TRADEOFF,
+        needs=("bench", "baseline"),
+        make=lambda d: _when(d.points, figures.plot_quality_vs_latency),
+        caption="Mean per-example latency (prefill included); the front runs to the upper left.",
+    ),
+    Item(
+        name="best_configs",
+        title="Best configuration per paradigm",
+        section=TRADEOFF,
+        needs=("bench", "baseline"),
+        make=lambda d: _when(d.points, tables.best_config_table),
+        caption=(
+            "Most accurate configuration of each series (fastest among ties); accuracy with its "
+            "95% bootstrap CI over examples."
+        ),
+    ),
+    Item(
+        name="speedups",
+        title="Speedup at matched accuracy",
+        section=TRADEOFF,
+        needs=("tradeoff",),
+        make=lambda d: _when(d.run.comparisons, tables.speedup_table),
+        caption=(
+            "From `metrics/tradeoff/<task>.json`: speed ratio at matched accuracy with a paired "
+            "bootstrap 95% CI."
+        ),
+    ),
+    Item(
+        name="baseline_engines",
+        title="Baseline engines",
+        section=TRADEOFF,
+        needs=("baseline",),
+        make=lambda d: _when(d.run.engines, lambda f: tables.engines_table(f, d.run.throughput)),
+        caption=(
+            "Which AR engines ran in the baseline stage (`results/baseline/<task>.json`), and "
+            "vLLM's aggregate tokens/s at each concurrency (throughput regime)."
+        ),
+    ),
+    Item(
+        name="window_threshold_heatmap",
+        title="setdlm sweep: window x threshold",
+        section=ABLATION,
+        needs=("bench",),
+        make=_window_threshold,
+        caption="Bench sweep of setdlm decode knobs (one cell per configuration).",
+    ),
+    Item(
+        name="ablation_heatmaps",
+        title="Ablation heatmaps",
+        section=ABLATION,
+        needs=("trials",),
+        make=_ablation_heatmaps,
+        caption="Mean over completed Optuna trials per knob cell (other knobs averaged out).",
+    ),
+    Item(
+        name="optuna_pareto",
+        title="Optuna Pareto front",
+        section=ABLATION,
+        needs=("trials",),
+        make=lambda d: _when(
+            d.run.trials, lambda t: figures.plot_optuna_pareto(t, study.front_axis(t))
+        ),
+        caption=(
+            "Completed trials in (speed objective, accuracy); the study's Pareto-optimal trials "
+            "in their paradigm's colour, joined by the staircase bounding the dominated region."
+        ),
+    ),
+    Item(
+        name="set_size_histogram",
+        title="Tokens accepted per forward",
+        section=DECODE,
+        needs=("traces",),
+        make=lambda d: _when(d.sizes, figures.plot_set_size_histogram),
+        caption="Share of forwards that committed k tokens, per paradigm and configuration.",
+    ),
+    Item(
+        name="kendall_tau",
+        title="Decode order vs left-to-right",
+        section=DECODE,
+        needs=("traces",),
+        make=lambda d: _when(d.orders, figures.plot_kendall_tau),
+        caption=(
+            "Kendall's tau-b between position and decoding forward, one dot per example "
+            "(1 = left-to-right; positions decoded in the same forward count as ties)."
+        ),
+    ),
+    Item(
+        name="frontier_distance",
+        title="Window occupancy",
+        section=DECODE,
+        needs=("traces",),
+        make=lambda d: _when(d.orders, figures.plot_frontier_distance),
+        caption=(
+            "How far right of the leftmost undecoded position the decoder commits tokens "
+            "(mean per example; 0 = strictly left-to-right)."
+        ),
+    ),
+    Item(
+        name="likelihood",
+        title="Perplexity",
+        section=LIKELIHOOD,
+        needs=("evaluate",),
+        make=lambda d: _when(d.run.evaluate, tables.likelihood_table),
+        caption=(
+            "`=` exact likelihood, `≤` an upper bound (NELBO), as each evaluate stage reports "
+            "it (`likelihood_is_exact`)."
+        ),
+    ),
+    Item(
+        name="textgen",
+        title="Text generation quality",
+        section=TEXTGEN,
+        needs=("textgen", "textgen_rows"),
+        make=lambda d: _when(d.run.textgen, lambda f: tables.textgen_table(f, d.run.textgen_rows)),
+        caption="All numeric metrics of `metrics/textgen`; infill ROUGE-L with a 95% bootstrap CI.",
+    ),
+    Item(
+        name="training_curves",
+        title="Training curves",
+        section=TRAINING,
+        needs=("train_log",),
+        make=lambda d: _when(d.run.train_log, figures.plot_training_curves),
+        caption="Train loss (left) and eval loss (right) vs step, per paradigm.",
+    ),
+    Item(
+        name="training",
+        title="Training summary",
+        section=TRAINING,
+        needs=("train",),
+        make=lambda d: _when(d.run.train, tables.training_table),
+    ),
+    Item(
+        name="fingerprint",
+        title="Device and library versions",
+        section=PROVENANCE,
+        needs=("bench_meta",),
+        make=lambda d: _when(d.run.fingerprints, tables.fingerprint_table),
+        caption="The bench fingerprint of each task (`results/bench/<task>.json`).",
+    ),
+    Item(
+        name="dvc_lock",
+        title="dvc.lock hashes",
+        section=PROVENANCE,
+        needs=("lock",),
+        make=lambda d: _when(d.run.lock, tables.lock_table),
+        caption="md5 of every dependency and output of every stage, as locked when the report ran.",
+    ),
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Made:
+    """An item with what it produced (None: inputs missing) or the error it raised."""
+
+    item: Item
+    output: Output
+    error: str | None = None
+
+
+def make_items(derived: Derived, items: Sequence[Item] = ITEMS) -> list[Made]:
+    """Run every item; a failure is recorded (and reported), not raised."""
+    made = []
+    for item in items:
+        try:
+            made.append(Made(item, item.make(derived)))
+        except Exception as err:  # noqa: BLE001 - one bad input must not sink the whole report
+            log.exception("report item %s failed", item.name)
+            made.append(Made(item, None, f"{type(err).__name__}: {err}"))
+    return made

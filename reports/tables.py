@@ -1,0 +1,290 @@
+"""One function per table: tidy frame in, display frame out (formatted strings, ready to render).
+
+Numbers are formatted here, once, so the Markdown and HTML reports show the same text. Empty
+input gives an empty frame; the caller decides what to say about it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import pandas as pd
+
+from reports.analysis import bootstrap_mean_ci, sort_paradigms
+from reports.load import Missing
+
+TEXTGEN_FIRST = (
+    "infill_rouge_l",
+    "infill_exact",
+    "gen_ppl",
+    "uncond_gen_ppl",
+    "unigram_entropy",
+    "uncond_unigram_entropy",
+    "distinct_1",
+    "distinct_2",
+    "distinct_3",
+    "uncond_distinct_1",
+    "uncond_distinct_2",
+    "uncond_distinct_3",
+)
+"""Text-generation metrics shown first, in this order; other numeric keys follow, sorted."""
+
+
+def fmt(value: object, spec: str = ".3g") -> str:
+    """A number formatted with `spec`; blank for None/NaN; other values as text."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return format(value, spec)
+    return str(value)
+
+
+def fmt_ci(value: float, low: float, high: float, spec: str = ".3f") -> str:
+    """``0.850 [0.700, 0.950]``; the CI is left out when unknown."""
+    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (low, high)):
+        return fmt(value, spec)
+    return f"{fmt(value, spec)} [{fmt(low, spec)}, {fmt(high, spec)}]"
+
+
+def best_config_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Per task and series (paradigm / AR engine): the most accurate configuration, fastest first
+    among ties, with accuracy [95% bootstrap CI], tokens/s, NFE, tokens/forward and memory."""
+    if points.empty:
+        return pd.DataFrame()
+    ranked = points.sort_values(["accuracy", "tokens_per_second"], ascending=False, kind="stable")
+    best = ranked.groupby(["task", "series"], sort=False).head(1)
+    best = sort_paradigms(best, then=("engine", "series"))
+    return pd.DataFrame(
+        {
+            "task": best["task"],
+            "paradigm": best["series"],
+            "best config": best["config"],
+            "accuracy [95% CI]": [
+                fmt_ci(a, lo, hi)
+                for a, lo, hi in zip(
+                    best["accuracy"], best["accuracy_lo"], best["accuracy_hi"], strict=True
+                )
+            ],
+            "tokens/s": best["tokens_per_second"].map(lambda v: fmt(v, ",.1f")),
+            "NFE": best["nfe"].map(lambda v: fmt(v, ".1f")),
+            "tokens/forward": best["tokens_per_forward"].map(lambda v: fmt(v, ".2f")),
+            "latency (ms)": (best["latency_s"] * 1e3).map(lambda v: fmt(v, ".1f")),
+            "peak mem (MB)": best["peak_mem_mb"].map(lambda v: fmt(v, ",.0f")),
+            "n": best["n"].map(lambda v: fmt(v, ".0f")),
+        }
+    )
+
+
+def engines_table(engines: pd.DataFrame, throughput: pd.DataFrame) -> pd.DataFrame:
+    """Baseline engines per task: ran or not (and why), aggregate tokens/s per concurrency."""
+    if engines.empty:
+        return pd.DataFrame()
+    rates = {}
+    for (task, engine), group in throughput.groupby(["task", "engine"]) if len(throughput) else []:
+        pairs = group.sort_values("concurrency")[["concurrency", "tokens_per_second"]]
+        items = zip(pairs["concurrency"], pairs["tokens_per_second"], strict=True)
+        rates[(task, engine)] = ", ".join(f"×{int(c)}: {fmt(r, ',.1f')}" for c, r in items)
+    return pd.DataFrame(
+        {
+            "task": engines["task"],
+            "engine": engines["engine"],
+            "status": engines["status"],
+            "detail": engines["detail"].map(fmt),
+            "aggregate tokens/s by concurrency": [
+                rates.get((t, e), "")
+                for t, e in zip(engines["task"], engines["engine"], strict=True)
+            ],
+        }
+    )
+
+
+def _side(row: pd.Series, prefix: str) -> str:
+    config = row.get(f"{prefix}_config")
+    if config is None or (isinstance(config, float) and math.isnan(config)):
+        return ""
+    engine = row.get(f"{prefix}_engine")
+    where = "" if engine in (None, "setdiff") or pd.isna(engine) else f" [{engine}]"
+    acc, rate = row.get(f"{prefix}_accuracy"), row.get(f"{prefix}_tokens_per_second")
+    return f"{config}{where}: acc {fmt(acc, '.3f')}, {fmt(rate, ',.0f')} tok/s"
+
+
+def speedup_table(comparisons: pd.DataFrame) -> pd.DataFrame:
+    """Speedup at matched accuracy (from metrics/tradeoff) with its CI; missing ones say why."""
+    if comparisons.empty:
+        return pd.DataFrame()
+    records = []
+    for _, row in comparisons.iterrows():
+        missing = row.get("missing")
+        if isinstance(missing, str) and missing:
+            speedup = f"missing: {missing}"
+        else:
+            speedup = f"{fmt_ci(row.get('speedup'), row.get('ci_lo'), row.get('ci_hi'), '.2f')}×"
+        records.append(
+            {
+                "task": row["task"],
+                "comparison": row["comparison"],
+                "speedup [95% CI]": speedup,
+                "matched at": fmt(row.get("matched")),
+                "method config": _side(row, "method"),
+                "baseline config": _side(row, "baseline"),
+            }
+        )
+    return pd.DataFrame(records)
+
+
+def likelihood_table(evaluate: pd.DataFrame) -> pd.DataFrame:
+    """Perplexity per task and paradigm; bounds (ELBO-based) are marked ``≤``, exact ones ``=``."""
+    if evaluate.empty or "ppl" not in evaluate:
+        return pd.DataFrame()
+    frame = sort_paradigms(evaluate)
+    exact = frame.get("likelihood_is_exact", pd.Series(False, index=frame.index)).fillna(False)
+    table = pd.DataFrame(
+        {
+            "task": frame["task"],
+            "paradigm": frame["paradigm"],
+            "PPL": [
+                f"{'=' if bool(e) else '≤'} {fmt(p, '.3f')}"
+                for e, p in zip(exact, frame["ppl"], strict=True)
+            ],
+            "NLL / token": frame["nll_per_token"].map(lambda v: fmt(v, ".4f")),
+            "likelihood": exact.map(lambda e: "exact" if bool(e) else "bound (NELBO)"),
+            "tokens": frame.get("n_tokens", pd.Series(index=frame.index)).map(
+                lambda v: fmt(v, ",.0f")
+            ),
+        }
+    )
+    if "accuracy" in frame:
+        table["answer accuracy"] = frame["accuracy"].map(lambda v: fmt(v, ".3f"))
+    return table
+
+
+def _textgen_keys(frame: pd.DataFrame) -> list[str]:
+    numeric = [
+        c
+        for c in frame.columns
+        if c not in ("task", "paradigm")
+        and "." not in c  # nested blocks (fingerprint, decode options) are not results
+        and pd.api.types.is_numeric_dtype(frame[c])
+        and not pd.api.types.is_bool_dtype(frame[c])
+    ]
+    first = [k for k in TEXTGEN_FIRST if k in numeric]
+    return first + sorted(set(numeric) - set(first))
+
+
+def textgen_table(textgen: pd.DataFrame, rows: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Text generation metrics: one row per numeric key (all of them), one column per
+    (task, paradigm); infill ROUGE-L gets a 95% bootstrap CI from the per-example rows."""
+    if textgen.empty:
+        return pd.DataFrame()
+    frame = sort_paradigms(textgen)
+    keys = _textgen_keys(frame)
+    columns = {f"{r.task} · {r.paradigm}": r for r in frame.itertuples(index=False)}
+    table = pd.DataFrame(
+        {name: [fmt(getattr(r, k), ".4g") for k in keys] for name, r in columns.items()},
+        index=keys,
+    )
+    if rows is not None and not rows.empty and "infill_rouge_l" in keys:
+        for name, r in columns.items():
+            mask = (rows["task"] == r.task) & (rows["paradigm"] == r.paradigm)
+            scores = rows.loc[mask & (rows["config"] == "infill"), "score"].to_numpy(float)
+            if scores.size:
+                low, high = bootstrap_mean_ci(scores)
+                table.loc["infill_rouge_l", name] = fmt_ci(r.infill_rouge_l, low, high, ".4g")
+    return table.rename_axis("metric").reset_index()
+
+
+def training_table(train: pd.DataFrame) -> pd.DataFrame:
+    """Per task and paradigm: steps, final train/eval loss, wall time, parameters."""
+    if train.empty:
+        return pd.DataFrame()
+    frame = sort_paradigms(train)
+    columns = {
+        "steps": ("steps", ".0f"),
+        "final train loss": ("final_train_loss", ".4f"),
+        "final eval loss": ("final_eval_loss", ".4f"),
+        "seconds": ("seconds", ".1f"),
+        "parameters": ("parameters", ",.0f"),
+        "resumed from": ("resumed_from", ".0f"),
+    }
+    table = frame[["task", "paradigm"]].copy()
+    for title, (key, spec) in columns.items():
+        if key in frame:
+            table[title] = frame[key].map(lambda v, s=spec: fmt(v, s))
+    return table
+
+
+def fingerprint_table(fingerprints: pd.DataFrame) -> pd.DataFrame:
+    """Device, threads, versions, revision and hashes: one row per key, one column per task."""
+    if fingerprints.empty:
+        return pd.DataFrame()
+    wide = fingerprints.pivot_table(index="key", columns="task", values="value", aggfunc="first")
+    return wide.map(fmt).rename_axis(None, axis=1).reset_index()
+
+
+def lock_table(lock: pd.DataFrame) -> pd.DataFrame:
+    """dvc.lock: md5 of every dependency and output of every stage."""
+    return lock.copy() if not lock.empty else pd.DataFrame()
+
+
+def missing_table(missing: Sequence[Missing], affects: Sequence[str]) -> pd.DataFrame:
+    """What is missing, what is wrong with it, and which figures/tables it disabled."""
+    return pd.DataFrame(
+        {
+            "input": [m.path for m in missing],
+            "problem": [m.problem for m in missing],
+            "optional": ["yes" if m.optional else "no" for m in missing],
+            "affects": list(affects),
+        }
+    )
+
+
+def metrics_diff_table(
+    a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str], *, changed_only: bool = True
+) -> pd.DataFrame:
+    """`dvc metrics diff`-style: path, metric, value in each run, change; rows only in one run too.
+
+    Args:
+        a, b: `load.flatten_metrics` frames (path, key, value) of the two runs.
+    """
+    merged = a.merge(b, on=["path", "key"], how="outer", suffixes=("_a", "_b"), sort=True)
+    delta = merged["value_b"] - merged["value_a"]
+    changed = ~((merged["value_a"] == merged["value_b"]) | (delta.abs() < 1e-12))
+    if changed_only:
+        merged, delta = merged[changed], delta[changed]
+    relative = delta / merged["value_a"].abs().where(merged["value_a"] != 0)
+    return pd.DataFrame(
+        {
+            "path": merged["path"],
+            "metric": merged["key"],
+            labels[0]: merged["value_a"].map(lambda v: fmt(v, ".4g")),
+            labels[1]: merged["value_b"].map(lambda v: fmt(v, ".4g")),
+            "change": delta.map(lambda v: fmt(v, "+.4g")),
+            "change %": (relative * 100).map(lambda v: fmt(v, "+.1f")),
+        }
+    ).reset_index(drop=True)
+
+
+def points_diff_table(points: pd.DataFrame, labels: tuple[str, str]) -> pd.DataFrame:
+    """Per configuration present in either run: accuracy and tokens/s side by side, speed ratio.
+
+    Args:
+        points: `summarize_configs` output of both runs with a ``run`` column holding `labels`.
+    """
+    key = ["task", "series", "config"]
+    a = points[points["run"] == labels[0]].set_index(key)
+    b = points[points["run"] == labels[1]].set_index(key)
+    both = a[["accuracy", "tokens_per_second"]].join(
+        b[["accuracy", "tokens_per_second"]], how="outer", lsuffix="_a", rsuffix="_b"
+    )
+    ratio = both["tokens_per_second_b"] / both["tokens_per_second_a"]
+    table = pd.DataFrame(
+        {
+            f"accuracy {labels[0]}": both["accuracy_a"].map(lambda v: fmt(v, ".3f")),
+            f"accuracy {labels[1]}": both["accuracy_b"].map(lambda v: fmt(v, ".3f")),
+            f"tokens/s {labels[0]}": both["tokens_per_second_a"].map(lambda v: fmt(v, ",.1f")),
+            f"tokens/s {labels[1]}": both["tokens_per_second_b"].map(lambda v: fmt(v, ",.1f")),
+            "speed ratio": ratio.map(lambda v: fmt(v, ".2f")),
+        }
+    )
+    return table.reset_index()
