@@ -170,9 +170,15 @@ def load_weights(net: Transformer, path: str | Path) -> None:
         weights = load_file(str(path))
     except Exception as err:  # safetensors raises its own error types for corrupt files
         raise ValueError(f"{path}: unreadable safetensors file ({err})") from None
+    assign_weights(net, weights, path)
+
+
+def assign_weights(net: Transformer, weights: dict[str, torch.Tensor], source: object) -> None:
+    """Copy `weights` into `net`, naming missing, unexpected or mis-shaped tensors."""
     expected = net.state_dict()
     if net.config.tie_embeddings:
         expected.pop("lm_head.weight", None)
+        weights = {k: v for k, v in weights.items() if k != "lm_head.weight"}
     missing = sorted(set(expected) - set(weights))
     unexpected = sorted(set(weights) - set(expected))
     shapes = [
@@ -182,7 +188,7 @@ def load_weights(net: Transformer, path: str | Path) -> None:
     ]
     if missing or unexpected or shapes:
         raise ValueError(
-            f"{path}: weights do not fit the model config "
+            f"{source}: weights do not fit the model config "
             f"(missing {missing[:5]}, unexpected {unexpected[:5]}, shape mismatches {shapes[:5]})"
         )
     net.load_state_dict(weights, strict=not net.config.tie_embeddings)

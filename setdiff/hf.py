@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from setdiff.artifacts import TOKENIZER_FILE, WEIGHTS_FILE, atomic_dir, load_net
+from setdiff.artifacts import TOKENIZER_FILE, WEIGHTS_FILE, assign_weights, atomic_dir, load_net
 from setdiff.model import ModelConfig, Transformer, rope_inv_freq
 from setdiff.tokenizer import Tokenizer, load_hf_tokenizer, load_tokenizer
 
@@ -300,23 +300,7 @@ def _load_state(net: Transformer, weights: dict[str, torch.Tensor], source: Path
     """Copy `weights` into `net`, naming missing, unexpected or mis-shaped tensors."""
     # Old Llama checkpoints store RoPE tables; we derive them from the config.
     weights = {k: v for k, v in weights.items() if not k.endswith("rotary_emb.inv_freq")}
-    expected = net.state_dict()
-    if net.config.tie_embeddings:
-        expected.pop("lm_head.weight")
-        weights.pop("lm_head.weight", None)
-    missing = sorted(set(expected) - set(weights))
-    unexpected = sorted(set(weights) - set(expected))
-    shapes = [
-        f"{k}: {tuple(weights[k].shape)} vs {tuple(v.shape)}"
-        for k, v in expected.items()
-        if k in weights and weights[k].shape != v.shape
-    ]
-    if missing or unexpected or shapes:
-        raise ValueError(
-            f"{source}: weights do not fit the mapped config (missing {missing[:5]}, "
-            f"unexpected {unexpected[:5]}, shape mismatches {shapes[:5]})"
-        )
-    net.load_state_dict(weights, strict=not net.config.tie_embeddings)
+    assign_weights(net, weights, source)
 
 
 # ---------------------------------------------------------------------------------------------
