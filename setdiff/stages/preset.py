@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from setdiff.ablation import validate_ablation
 from setdiff.artifacts import write_text
 from setdiff.config import ConfigError
 from setdiff.data import DataConfig
@@ -37,6 +38,7 @@ TOP_LEVEL = (
     "bench",
     "textgen",
     "baseline",
+    "ablation",
 )
 """Every top-level key a preset may hold (each is read by some stage)."""
 
@@ -66,6 +68,8 @@ def validate(params: Params) -> StudyConfig:
     params.section("baseline", BaselineConfig)
     if "text" in study.tasks:
         params.section("textgen", TextGenConfig)
+    if "ablation" in params:
+        validate_ablation(params, study)
     extra = sorted(set(params.get_path("paradigm")) - set(PARADIGMS))
     if extra:
         raise ConfigError(f"{params.path}: paradigm: unknown paradigm(s) {extra}")

@@ -1,0 +1,317 @@
+"""``setdiff trial``: one ablation trial, the only compute an Optuna trial runs (a subprocess).
+
+``setdiff trial --task arith --spec trial.json --out DIR [--cache DIR]`` reads the preset's
+``paradigm``, ``decode``, ``train.<task>``, ``model.<task>`` and ``bench.run`` plus the trial spec
+that ``flows/ablation.py`` writes::
+
+    {"study", "number", "knobs": {...}, "trains": bool, "budget": {...},
+     "prune": {"peers", "min_trials", "warmup_steps", "group_by"} | null, "constraints": {...}}
+
+When ``trains`` (the space has training knobs) it trains the trial's paradigm from
+``models/<task>/ar`` for ``budget.train_steps`` steps, logging the held-out loss to
+``DIR/train_log.jsonl`` (the flow follows it) and stopping early under the median rule of
+`setdiff.ablation.should_prune`; the model is kept under ``--cache`` keyed by its training config,
+so later trials with the same training knobs only decode. Otherwise it loads
+``models/<task>/<paradigm>``. It then decodes the first ``budget.n_examples`` test prompts as the
+bench stage does (`setdiff.stages.bench.measure`) and writes ``DIR/result.json``:
+{accuracy, tokens_per_second, nfe_mean, tokens_per_forward, n, spec, ...}.
+
+``setdiff trial --task arith --space FILE`` validates the preset's ``ablation`` section and writes
+the resolved search space that the flow samples from; the flow runs it before any trial.
+
+Exit status 2 = a configuration or value error (never worth a retry); the flow treats any other
+failure (killed, crashed) as an infrastructure fault.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import fcntl
+import json
+import logging
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from setdiff.ablation import (
+    TrialPlan,
+    constraint_values,
+    resolve_space,
+    resolve_trial,
+    should_prune,
+    summarize,
+)
+from setdiff.artifacts import (
+    LoadedModel,
+    load_model,
+    load_weights,
+    read_config,
+    run_id,
+    save_model_dir,
+    write_json,
+)
+from setdiff.batching import ArraySplit
+from setdiff.config import ConfigError, build, to_dict
+from setdiff.data import check_task, from_jsonl
+from setdiff.measure import Row
+from setdiff.model import ModelConfig, Transformer
+from setdiff.paradigm import make_paradigm
+from setdiff.params import Params, load_params
+from setdiff.stages.bench import BenchRunConfig, Configuration, measure
+from setdiff.stages.common import Layout, model_config, setup_logging
+from setdiff.stages.train import TaskTrainConfig
+from setdiff.tokenizer import load_tokenizer
+from setdiff.train import TrainConfig, train
+
+log = logging.getLogger(__name__)
+
+EXIT_CONFIG = 2
+"""Exit status of a configuration/value error (argparse uses it for usage errors too)."""
+
+
+class Pruned(Exception):
+    """Raised from the training callback when the median rule stops a trial."""
+
+    def __init__(self, step: int, loss: float) -> None:
+        super().__init__(f"pruned at step {step} (held-out loss {loss:.4f})")
+        self.step, self.loss = step, loss
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="setdiff trial",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--params", default="params.yaml", help="params file (active preset)")
+    parser.add_argument("--task", required=True, help="an answer task, e.g. arith")
+    parser.add_argument("--root", default=".", help="directory holding data/ and models/")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--spec", help="trial spec (JSON) written by the ablation flow")
+    mode.add_argument("--space", help="write the validated search space (JSON) here and exit")
+    parser.add_argument("--out", help="trial directory (with --spec): result.json, train_log")
+    parser.add_argument("--cache", help="directory of models trained by earlier trials")
+    args = parser.parse_args(argv)
+    if args.spec and not args.out:
+        parser.error("--spec needs --out")
+    setup_logging()
+    try:
+        check_task(args.task)
+        params = load_params(args.params)
+        if args.space:
+            write_json(args.space, _space(params, args.task))
+        else:
+            spec = json.loads(Path(args.spec).read_text())
+            cache = Path(args.cache) if args.cache else None
+            run_trial(params, spec, Layout(args.root, args.task), Path(args.out), cache)
+    except (ConfigError, ValueError) as err:
+        print(f"setdiff trial: {type(err).__name__}: {err}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None
+
+
+def _space(params: Params, task: str) -> dict[str, Any]:
+    space = resolve_space(params, task)
+    params.section("bench.run", BenchRunConfig)
+    if space["trains"]:
+        params.section(f"train.{task}", TaskTrainConfig)
+    return space
+
+
+def run_trial(
+    params: Params, spec: dict[str, Any], layout: Layout, out: Path, cache: Path | None
+) -> dict[str, Any]:
+    """Train (or load), decode, and write ``out/result.json``; returns the result record."""
+    started = time.perf_counter()
+    run = params.section("bench.run", BenchRunConfig)
+    plan = resolve_trial(params, spec["knobs"])
+    if run.threads:
+        torch.set_num_threads(run.threads)
+    out.mkdir(parents=True, exist_ok=True)
+    record: dict[str, Any] = {
+        "spec": spec,
+        "paradigm": plan.paradigm,
+        "paradigm_config": to_dict(plan.config),
+        "decode_options": plan.options,
+        "pruned": False,
+    }
+    try:
+        if spec["trains"]:
+            model, record["train"] = _trained_model(params, plan, spec, layout, out, cache, run)
+        else:
+            model, record["train"] = _checkpoint(plan, layout, run), None
+    except Pruned as stop:
+        record.update(pruned=True, pruned_at=stop.step, eval_loss=stop.loss)
+        record["train"] = {"curve": _curve(out / "train_log.jsonl")}
+    else:
+        rows = _decode(model, plan, spec, layout, run)
+        summary = summarize(rows)
+        record.update(summary, constraints=constraint_values(summary, spec["constraints"]))
+    record["seconds"] = round(time.perf_counter() - started, 3)
+    write_json(out / "result.json", record)
+    log.info("trial %s done in %.1f s", spec.get("number"), record["seconds"])
+    return record
+
+
+def _checkpoint(plan: TrialPlan, layout: Layout, run: BenchRunConfig) -> LoadedModel:
+    """Decode-time trials reuse the pipeline's trained model, which must match the preset."""
+    path = layout.model(plan.paradigm)
+    if not (path / "config.json").exists():
+        raise ConfigError(f"{path}: no trained model; run `dvc repro` (train stages) first")
+    model = load_model(path, device=run.device)
+    if to_dict(model.paradigm.config) != to_dict(plan.config):
+        raise ConfigError(
+            f"{path} was trained with {to_dict(model.paradigm.config)} but the preset says "
+            f"{to_dict(plan.config)}; run `dvc repro` first"
+        )
+    return model
+
+
+def _trained_model(
+    params: Params,
+    plan: TrialPlan,
+    spec: dict[str, Any],
+    layout: Layout,
+    out: Path,
+    cache: Path | None,
+    run: BenchRunConfig,
+) -> tuple[LoadedModel, dict[str, Any]]:
+    """Train the trial's paradigm at the reduced budget (or reuse the cached result)."""
+    recipe = params.section(f"train.{layout.task}", TaskTrainConfig)
+    steps = spec["budget"]["train_steps"]
+    config = dataclasses.replace(
+        recipe.diffusion,
+        steps=steps,
+        eval_every=min(spec["budget"]["eval_every"], steps),
+        checkpoint_every=steps,
+    )
+    tokenizer = load_tokenizer(layout.tokenizer)
+    seq_len = ArraySplit.load(layout.encoded("valid")).seq_len
+    net_config = model_config(params, layout.task, tokenizer.vocab_size, seq_len)
+    init = layout.model("ar") if recipe.init_from_ar else None
+    key = run_id(plan.paradigm, net_config, plan.config, config, str(init))
+    directory = (cache / key) if cache is not None else out / "model"
+    # Parallel trials with the same training knobs: one trains, the others wait and reuse it.
+    with _exclusive(directory.with_name(f".{key}.lock")):
+        if (directory / "model.safetensors").exists():
+            shutil.copyfile(directory / "train_log.jsonl", out / "train_log.jsonl")
+            model = load_model(directory, device=run.device)
+            return model, {"cached": True, "run_id": key, "curve": _curve(out / "train_log.jsonl")}
+        return _train(params, plan, spec, layout, out, directory, config, init, key, run)
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """An advisory lock file (flock): released when the holder exits, even when killed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _train(
+    params: Params,
+    plan: TrialPlan,
+    spec: dict[str, Any],
+    layout: Layout,
+    out: Path,
+    directory: Path,
+    config: TrainConfig,
+    init: Path | None,
+    key: str,
+    run: BenchRunConfig,
+) -> tuple[LoadedModel, dict[str, Any]]:
+    """Train from `init` with the median-rule pruning callback; save to `directory`."""
+    tokenizer = load_tokenizer(layout.tokenizer)
+    train_split = ArraySplit.load(layout.encoded("train"))
+    valid_split = ArraySplit.load(layout.encoded("valid"))
+    net_config = model_config(params, layout.task, tokenizer.vocab_size, train_split.seq_len)
+    log_path = out / "train_log.jsonl"
+    torch.manual_seed(config.seed)
+    net = Transformer(net_config)
+    if init is not None:
+        if not (init / "model.safetensors").exists():
+            raise ConfigError(f"train.{layout.task}.init_from_ar is true but {init} has no model")
+        # Built, not compared as dicts: fields added to ModelConfig later take their defaults.
+        if build(ModelConfig, read_config(init)["model"], str(init)) != net_config:
+            raise ConfigError(f"{init}: AR model shape differs from model.{layout.task}")
+        load_weights(net, init / "model.safetensors")
+    paradigm = make_paradigm(plan.paradigm, plan.config, mask_id=tokenizer.mask_id)
+    prune = spec["prune"]
+
+    def on_eval(step: int, loss: float) -> None:
+        if prune is not None and should_prune(
+            step,
+            loss,
+            spec["knobs"],
+            prune["peers"],
+            min_trials=prune["min_trials"],
+            warmup_steps=prune["warmup_steps"],
+            group_by=prune["group_by"],
+        ):
+            raise Pruned(step, loss)
+
+    result = train(
+        net,
+        paradigm,
+        train_split,
+        valid_split,
+        config,
+        log_path=log_path,
+        on_eval=on_eval,
+        show_progress=False,
+    )
+    save_model_dir(
+        directory,
+        net,
+        paradigm,
+        tokenizer_file=layout.tokenizer,
+        state_dict=result.weights,
+        extra={"task": layout.task, "run_id": key, "init_from": str(init) if init else None},
+        extra_files={"train_log.jsonl": log_path},
+    )
+    # Decode from the saved directory so a fresh and a cached model decode identically.
+    model = load_model(directory, device=run.device)
+    training = {"cached": False, "run_id": key, "steps": result.steps, "curve": _curve(log_path)}
+    return model, {**training, "seconds": round(result.seconds, 2)}
+
+
+def _curve(log_path: Path) -> list[list[float]]:
+    if not log_path.exists():
+        return []
+    lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    return [[line["step"], line["eval_loss"]] for line in lines]
+
+
+def _decode(
+    model: LoadedModel, plan: TrialPlan, spec: dict[str, Any], layout: Layout, run: BenchRunConfig
+) -> list[Row]:
+    """The bench stage's measurement of one configuration (warm-up prompts not recorded)."""
+    tok = model.tokenizer
+    label = " ".join(f"{k}={v}" for k, v in spec["knobs"].items()) or "default"
+    configuration = Configuration(paradigm=plan.paradigm, label=label, options=plan.options)
+    test = from_jsonl((layout.raw / "test.jsonl").read_bytes())[: spec["budget"]["n_examples"]]
+    warm = from_jsonl((layout.raw / "valid.jsonl").read_bytes())[: run.warmup]
+    rows = []
+    for phase, records in (("warmup", warm), ("measure", test)):
+        for i, record in enumerate(records):
+            prompt = [tok.bos_id] + tok.encode(record["prompt"])
+            row = measure(
+                model,
+                configuration,
+                prompt,
+                task=layout.task,
+                record=record,
+                index=i,
+                seq_len=model.net.config.max_seq_len,
+                seed=run.seed,
+            )
+            if phase == "measure":
+                rows.append(row)
+    return rows

@@ -1,0 +1,46 @@
+"""Import direction (style 3.1): flows/ and reports/ never import torch or setdiff (they call
+the CLI and read artifacts); setdiff/ never imports the orchestration and analysis stack."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FORBIDDEN = {
+    "flows": {"torch", "setdiff"},
+    "reports": {"torch", "setdiff"},
+    "setdiff": {"prefect", "prefect_dask", "dask", "distributed", "dvc", "optuna", "pandas"}
+    | {"seaborn"},
+}
+
+
+def imported_packages(path: Path) -> set[str]:
+    """Top-level packages of every import in a file (functions included), relative excluded."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_imports_point_one_way(package: str) -> None:
+    files = sorted((ROOT / package).rglob("*.py"))
+    if package == "setdiff":
+        assert files, "setdiff/ has no modules?"
+    bad = {
+        str(f.relative_to(ROOT)): sorted(imported_packages(f) & FORBIDDEN[package]) for f in files
+    }
+    assert {f: names for f, names in bad.items() if names} == {}
+
+
+def test_the_scanner_sees_function_level_imports(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text("def f():\n    import torch.nn\n    from optuna import trial\n")
+    assert imported_packages(source) == {"torch", "optuna"}
