@@ -40,7 +40,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if (ROOT / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, dest / name)
-    for p in ("data", "models", "metrics", "checkpoints", "dvc.lock"):
+    for p in ("data", "models", "metrics", "checkpoints", "results", "ablations"):
         assert not (dest / p).exists()
     sh("git", "init", "-q", cwd=dest)
     sh("git", "add", "-A", cwd=dest)
