@@ -27,10 +27,15 @@ Shapes: Q queries, K keys, B batch.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, Literal
 
 import torch
 
 MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+AttentionKind = Literal["sdpa", "flex"]
+"""How training masks are handed to the backbone: a dense boolean tensor (SDPA, any device) or a
+FlexAttention BlockMask (block-sparse kernels on GPU; an eager reference on CPU, used by the
+CPU-equivalence tests)."""
 
 
 def make_causal_mask_mod() -> MaskMod:
@@ -38,6 +43,26 @@ def make_causal_mask_mod() -> MaskMod:
         return q >= k
 
     return causal
+
+
+def make_full_mask_mod() -> MaskMod:
+    """Everything sees everything (MDLM's bidirectional attention)."""
+
+    def full(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return (q >= 0) & (k >= 0)
+
+    return full
+
+
+def make_key_padding_mask_mod(base: MaskMod, valid_BK: torch.Tensor) -> MaskMod:
+    """`base` AND key validity per example (``valid_BK[b, k]``)."""
+
+    def key_padded(
+        b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+    ) -> torch.Tensor:
+        return base(b, h, q, k) & valid_BK[b, k]
+
+    return key_padded
 
 
 def make_set_causal_mask_mod(length: int) -> MaskMod:
@@ -98,6 +123,49 @@ def block_diffusion_mask(length: int, block_size: int) -> torch.Tensor:
     if length < 1 or block_size < 1:
         raise ValueError(f"length and block_size must be >= 1, got {length}, {block_size}")
     return materialize(make_block_diffusion_mask_mod(length, block_size), 2 * length, 2 * length)
+
+
+def training_mask(
+    name: str,
+    mask_mod: MaskMod,
+    n: int,
+    *,
+    valid_BK: torch.Tensor | None = None,
+    kind: AttentionKind = "sdpa",
+    device: torch.device | str = "cpu",
+) -> Any:
+    """The (n, n) mask of one training forward, for SDPA (dense bool) or FlexAttention.
+
+    `name` identifies `mask_mod` with its parameters (e.g. ``"block4"``): a mask without padding
+    depends only on (name, n) and is built once per device and kind (never modify it in place).
+    """
+    if valid_BK is None:
+        return _static_mask(name, mask_mod, n, kind, str(device))
+    if kind == "flex":
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        padded = make_key_padding_mask_mod(mask_mod, valid_BK)
+        return create_block_mask(
+            padded, B=valid_BK.shape[0], H=None, Q_LEN=n, KV_LEN=n, device=str(device)
+        )
+    return with_key_padding(_static_mask(name, mask_mod, n, "sdpa", str(device)), valid_BK)
+
+
+_STATIC_MASKS: dict[tuple[str, int, str, str], Any] = {}
+
+
+def _static_mask(name: str, mask_mod: MaskMod, n: int, kind: str, device: str) -> Any:
+    key = (name, n, kind, device)
+    if key not in _STATIC_MASKS:
+        if kind == "flex":
+            from torch.nn.attention.flex_attention import create_block_mask
+
+            _STATIC_MASKS[key] = create_block_mask(
+                mask_mod, B=None, H=None, Q_LEN=n, KV_LEN=n, device=device
+            )
+        else:
+            _STATIC_MASKS[key] = materialize(mask_mod, n, n, device)
+    return _STATIC_MASKS[key]
 
 
 def with_key_padding(mask_QK: torch.Tensor, valid_BK: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,7 @@ Shapes: B batch, T new tokens, K keys (cache + new), H heads, G kv heads, E head
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +23,9 @@ from torch import nn
 
 from setdiff.config import check, frozen
 from setdiff.kv_cache import KVCache
+
+Mask = Any
+"""A boolean attention mask tensor (True = may attend), a FlexAttention BlockMask, or None."""
 
 
 @frozen
@@ -134,7 +138,7 @@ class Attention(nn.Module):
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        mask: torch.Tensor | None,
+        mask: Mask,
         cache: KVCache | None,
     ) -> torch.Tensor:
         B, T, _ = x.shape
@@ -151,9 +155,15 @@ class Attention(nn.Module):
             # Cached keys are post-RoPE at their true positions; the new ones are staged and only
             # kept if the caller commits them after the forward.
             k_BGTE, v_BGTE = cache.stage(self.layer, k_BGTE, v_BGTE)
-        y = F.scaled_dot_product_attention(
-            q_BHTE, k_BGTE, v_BGTE, attn_mask=mask, enable_gqa=self.n_kv_head != self.n_head
-        )
+        gqa = self.n_kv_head != self.n_head
+        if mask is not None and not isinstance(mask, torch.Tensor):  # a FlexAttention BlockMask
+            from torch.nn.attention.flex_attention import flex_attention
+
+            y = flex_attention(q_BHTE, k_BGTE, v_BGTE, block_mask=mask, enable_gqa=gqa)
+        else:
+            y = F.scaled_dot_product_attention(
+                q_BHTE, k_BGTE, v_BGTE, attn_mask=mask, enable_gqa=gqa
+            )
         return F.linear(y.transpose(1, 2).reshape(B, T, -1), self.o_proj.weight)
 
 
@@ -182,7 +192,7 @@ class Block(nn.Module):
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        mask: torch.Tensor | None,
+        mask: Mask,
         cache: KVCache | None,
     ) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)
@@ -228,7 +238,7 @@ class Transformer(nn.Module):
         self,
         tokens: torch.Tensor,
         positions: torch.Tensor,
-        mask: torch.Tensor | None = None,
+        mask: Mask = None,
         cache: KVCache | None = None,
     ) -> torch.Tensor:
         """Logits for every input token.
@@ -237,8 +247,9 @@ class Transformer(nn.Module):
             tokens: (B, T) token ids.
             positions: (B, T) or (T,) true position ids (RoPE).
             mask: boolean attention mask, True = may attend, broadcastable to (B, 1, T, K) where
-                K = cache length + T. None = every query sees every key (use for a single query
-                or bidirectional attention without padding).
+                K = cache length + T; or a FlexAttention BlockMask (training without a cache).
+                None = every query sees every key (a single query, or bidirectional attention
+                without padding).
             cache: a `KVCache`; the new keys/values are staged and the caller decides how many to
                 commit (`cache.commit(n)`) after the call.
         Returns:
@@ -248,9 +259,9 @@ class Transformer(nn.Module):
             positions = positions.expand(tokens.shape[0], -1)
         x = self.model.embed_tokens(tokens)
         cos, sin = rope_cos_sin(positions, self.inv_freq, x.dtype)
-        if mask is not None and mask.dim() == 2:
+        if isinstance(mask, torch.Tensor) and mask.dim() == 2:
             mask = mask[None, None]
-        elif mask is not None and mask.dim() == 3:
+        elif isinstance(mask, torch.Tensor) and mask.dim() == 3:
             mask = mask[:, None]
         for block in self.model.layers:
             x = block(x, cos, sin, mask, cache)

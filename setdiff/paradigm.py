@@ -23,10 +23,13 @@ import torch.nn.functional as F
 
 from setdiff.config import check, frozen
 from setdiff.masks import (
-    block_diffusion_mask,
-    causal_mask,
-    set_causal_mask,
-    with_key_padding,
+    AttentionKind,
+    MaskMod,
+    make_block_diffusion_mask_mod,
+    make_causal_mask_mod,
+    make_full_mask_mod,
+    make_set_causal_mask_mod,
+    training_mask,
 )
 from setdiff.orders import (
     StaggeredSchedule,
@@ -232,8 +235,15 @@ class _Paradigm:
     config: Any
     mask_id: int
 
-    def __init__(self, config: Any, mask_id: int) -> None:
-        self.config, self.mask_id = config, mask_id
+    def __init__(self, config: Any, mask_id: int, attention: AttentionKind = "sdpa") -> None:
+        self.config, self.mask_id, self.attention = config, mask_id, attention
+
+    def _mask(
+        self, name: str, mask_mod: MaskMod, n: int, batch: Batch, valid: torch.Tensor | None = None
+    ) -> Any:
+        return training_mask(
+            name, mask_mod, n, valid_BK=valid, kind=self.attention, device=batch.tokens.device
+        )
 
     def sample_noise(self, batch: Batch, generator: torch.Generator | None = None) -> Noise:
         return {}
@@ -258,8 +268,8 @@ class AR(_Paradigm):
     def loss_with_noise(self, model: Transformer, batch: Batch, noise: Noise) -> LossOutput:
         tokens = batch.tokens
         L = tokens.shape[1]
-        mask = causal_mask(L).to(tokens.device)
-        logits = model(tokens[:, :-1], batch.positions[:-1], mask[:-1, :-1])
+        mask = self._mask("causal", make_causal_mask_mod(), L - 1, batch)
+        logits = model(tokens[:, :-1], batch.positions[:-1], mask)
         targets = batch.is_target[:, 1:]
         nll = F.cross_entropy(logits.float().transpose(1, 2), tokens[:, 1:], reduction="none")
         return _reduce(nll, targets.float(), targets.sum(-1))
@@ -286,9 +296,7 @@ class MDLM(_Paradigm):
         p_mask = (1 - self.config.eps) * t
         masked = targets & (noise["u"].to(tokens.device) < p_mask[:, None])
         xt = torch.where(masked, self.mask_id, tokens)
-        mask = with_key_padding(
-            torch.ones(L, L, dtype=torch.bool, device=tokens.device), batch.valid
-        )
+        mask = self._mask("full", make_full_mask_mod(), L, batch, batch.valid)
         logits = model(xt, batch.positions, mask)
         nll = _masked_nll(logits, tokens, self.mask_id)
         return _reduce_masked(nll, masked, t[:, None], targets.sum(-1))
@@ -317,7 +325,8 @@ class BD3LM(_Paradigm):
         masked = targets & (noise["u"].to(tokens.device) < (1 - eps) * t)
         xt = torch.where(masked, self.mask_id, tokens)
         valid2 = torch.cat((batch.valid, batch.valid), dim=1)
-        mask = with_key_padding(block_diffusion_mask(L, S).to(tokens.device), valid2)
+        mask_mod = make_block_diffusion_mask_mod(L, S)
+        mask = self._mask(f"block{S}", mask_mod, 2 * L, batch, valid2)
         positions = torch.cat((batch.positions, batch.positions))
         logits = model(torch.cat((tokens, xt), dim=1), positions, mask)[:, L:]
         nll = _masked_nll(logits, tokens, self.mask_id)
@@ -356,7 +365,7 @@ class SetLoss(_Paradigm):
         x0 = tokens.gather(1, perm)
         targets = batch.is_target.gather(1, perm)
         xm = torch.where(targets, self.mask_id, x0)
-        mask = set_causal_mask(L).to(tokens.device)
+        mask = self._mask("set_causal", make_set_causal_mask_mod(L), 2 * L, batch)
         logits = model(torch.cat((x0, xm), 1), torch.cat((perm, perm), 1), mask)[:, L:]
         nll = _masked_nll(logits, x0, self.mask_id)
         return _reduce(nll, targets.float(), targets.sum(-1))
@@ -395,8 +404,13 @@ PARADIGMS: dict[str, tuple[type, type]] = {
 }
 
 
-def make_paradigm(name: str, config: Any | None = None, *, mask_id: int) -> Paradigm:
-    """Build a paradigm by name; `config` defaults to that paradigm's default config."""
+def make_paradigm(
+    name: str, config: Any | None = None, *, mask_id: int, attention: AttentionKind = "sdpa"
+) -> Paradigm:
+    """Build a paradigm by name; `config` defaults to that paradigm's default config.
+
+    `attention` picks how training masks reach the backbone ("sdpa": dense masks; "flex": a
+    FlexAttention BlockMask, for block-sparse kernels on GPU)."""
     if name not in PARADIGMS:
         raise ValueError(f"paradigm: unknown paradigm {name!r}; choose one of {list(PARADIGMS)}")
     config_cls, cls = PARADIGMS[name]
@@ -405,4 +419,6 @@ def make_paradigm(name: str, config: Any | None = None, *, mask_id: int) -> Para
         raise ValueError(
             f"paradigm {name!r} needs a {config_cls.__name__}, got {type(config).__name__}"
         )
-    return cls(config, mask_id)
+    if attention not in ("sdpa", "flex"):
+        raise ValueError(f"attention must be 'sdpa' or 'flex', got {attention!r}")
+    return cls(config, mask_id, attention)

@@ -64,6 +64,8 @@ class TrainConfig:
     """bfloat16 = autocast on CUDA (weights and optimizer stay float32)."""
     threads: int = 0
     """torch intra-op threads; 0 = torch's default."""
+    attention: Literal["sdpa", "flex"] = "sdpa"
+    """Training masks as dense tensors (SDPA) or FlexAttention block masks (block-sparse on GPU)."""
 
     def __post_init__(self) -> None:
         check(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
@@ -74,6 +76,10 @@ class TrainConfig:
         check(0 <= self.ema_decay < 1, "ema_decay must be in [0, 1)")
         check(self.eval_every >= 1 and self.checkpoint_every >= 1, "eval/checkpoint_every >= 1")
         check(self.grad_clip >= 0, "grad_clip must be >= 0")
+        check(
+            self.attention == "sdpa" or self.device.startswith("cuda"),
+            "attention 'flex' needs a CUDA device (FlexAttention has no backward on CPU)",
+        )
 
     def lr_at(self, step: int) -> float:
         """Learning-rate multiplier at `step` (linear warmup, cosine to `min_lr_ratio`)."""

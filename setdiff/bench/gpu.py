@@ -4,8 +4,9 @@
 
 Runs in a few minutes on one GPU (and, for checking the script itself, on CPU with
 ``--device cpu``). Writes one JSON file with:
-- ``train``: per paradigm, a few optimizer steps under bf16 autocast (``--dtype``): loss finite
-  and decreasing over the steps, step time;
+- ``train``: per paradigm (and per attention kind: SDPA dense masks, and FlexAttention block
+  masks on CUDA), a few optimizer steps under bf16 autocast (``--dtype``): loss finite and
+  decreasing over the steps, step time;
 - ``cache``: per paradigm, tokens of ``use_cache=True`` vs ``use_cache=False`` decoding on the
   device (float32) and the max logit difference;
 - ``decode``: batch-1 decode of ``--new-tokens`` tokens for ar / bd3lm / setdlm (threshold off

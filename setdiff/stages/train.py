@@ -62,7 +62,9 @@ def main(argv: list[str]) -> None:
     paradigm_cfg = paradigm_config(params, args.paradigm)
     init = layout.model("ar") if args.paradigm != "ar" and recipe.init_from_ar else None
     net = _initial_net(net_config, config.seed, init, args.task)
-    paradigm = make_paradigm(args.paradigm, paradigm_cfg, mask_id=tokenizer.mask_id)
+    paradigm = make_paradigm(
+        args.paradigm, paradigm_cfg, mask_id=tokenizer.mask_id, attention=config.attention
+    )
     rid = run_id(net_config, paradigm_cfg, config, str(init))
     is_main = rank_and_world()[0] == 0
     if is_main:
