@@ -31,6 +31,15 @@ ANSWER_TASKS: dict[str, tuple[str, Callable[[str | None, Mapping[str, Any]], flo
 """Tasks with a checkable answer: the marker before the answer and the generator's scorer."""
 
 
+def score_answer(task: str, text: str, record: Mapping[str, Any]) -> tuple[str | None, float]:
+    """(extracted answer, the task generator's score) of a decoded text; every engine uses this."""
+    if task not in ANSWER_TASKS:
+        raise ValueError(f"task {task!r} has no checkable answers; known: {sorted(ANSWER_TASKS)}")
+    marker, scorer = ANSWER_TASKS[task]
+    answer = extract_answer(text, marker)
+    return answer, scorer(answer, record["entry"])
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Likelihood:
     nll_per_token: float
@@ -76,7 +85,6 @@ def answer_rows(
         raise ValueError(f"task {task!r} has no checkable answers; known: {sorted(ANSWER_TASKS)}")
     if model.tokenizer is None:
         raise ValueError(f"{model.path}: model directory has no tokenizer.json")
-    marker, scorer = ANSWER_TASKS[task]
     tok = model.tokenizer
     rows = []
     for i, record in enumerate(
@@ -97,8 +105,7 @@ def answer_rows(
         )
         seconds = time.perf_counter() - tic
         text = tok.decode(result.tokens)
-        answer = extract_answer(text, marker)
-        score = scorer(answer, record["entry"])
+        answer, score = score_answer(task, text, record)
         rows.append(
             {
                 "index": i,

@@ -29,8 +29,8 @@ from tqdm.auto import tqdm
 
 from setdiff.artifacts import LoadedModel, load_model, run_id, write_json
 from setdiff.config import ConfigError, check, frozen, to_dict
-from setdiff.data import extract_answer, from_jsonl
-from setdiff.evaluate import ANSWER_TASKS
+from setdiff.data import from_jsonl
+from setdiff.evaluate import ANSWER_TASKS, score_answer
 from setdiff.measure import Row, count_new_tokens, fingerprint, peak_memory_mb, timed, write_rows
 from setdiff.params import load_params
 from setdiff.sampling.loop import generate
@@ -220,10 +220,9 @@ def _row(
     regime: str = "latency",
     concurrency: int = 1,
 ) -> Row:
-    marker, scorer = ANSWER_TASKS[task]
     n_new = count_new_tokens(tokens, [own.tokenizer.eos_id])
     text = own.tokenizer.decode(tokens[:n_new])
-    score = scorer(extract_answer(text, marker), record["entry"])
+    _, score = score_answer(task, text, record)
     label = "greedy" if regime == "latency" else f"greedy concurrency={concurrency}"
     return Row(
         task=task,

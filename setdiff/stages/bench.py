@@ -25,8 +25,8 @@ from tqdm.auto import tqdm
 
 from setdiff.artifacts import LoadedModel, load_model, run_id, write_json, write_text
 from setdiff.config import ConfigError, check, frozen
-from setdiff.data import extract_answer, from_jsonl
-from setdiff.evaluate import ANSWER_TASKS
+from setdiff.data import from_jsonl
+from setdiff.evaluate import ANSWER_TASKS, score_answer
 from setdiff.measure import (
     Row,
     count_new_tokens,
@@ -104,7 +104,6 @@ def measure(
 ) -> Row:
     """Decode one prompt under one configuration; append its step trace to `traces` if given."""
     tok, device = model.tokenizer, next(model.net.parameters()).device
-    marker, scorer = ANSWER_TASKS[task]
     reset_peak_memory(device)
     result, seconds = timed(
         lambda: generate(
@@ -128,7 +127,7 @@ def measure(
             }
         )
     text = tok.decode(result.tokens)
-    score = scorer(extract_answer(text, marker), record["entry"])
+    _, score = score_answer(task, text, record)
     threshold = parse_threshold(config.options.get("threshold"))
     window = config.options.get("window")
     return Row(
