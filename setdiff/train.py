@@ -8,7 +8,13 @@ resumes where it stopped and ends at the same weights as an uninterrupted run.
 
 Data parallel: under ``torchrun`` (an initialised torch.distributed group) the model is wrapped in
 DistributedDataParallel and each rank trains on its slice of the same global batch; rank 0 alone
-logs and checkpoints.
+logs and checkpoints. With ``parallel: fsdp`` the model is instead sharded in place by FSDP2
+(``fully_shard`` on each block, then the root), for models that do not fit one device: the
+trajectory is the same, the EMA is kept sharded, and the exported weights and checkpoints are full
+(unsharded) CPU states gathered collectively, so a checkpoint resumes under any world size.
+
+``compile: true`` runs the training forward through ``torch.compile`` (after DDP/FSDP); held-out
+evaluation stays eager, and state dicts come from the uncompiled module (no ``_orig_mod.`` keys).
 """
 
 from __future__ import annotations
@@ -41,6 +47,10 @@ class TrainConfig:
     steps: int
     """Optimizer steps."""
     batch_size: int = 32
+    """Global batch: sequences per optimizer step, over all ranks."""
+    micro_batch_size: int = 0
+    """Sequences per forward/backward (gradient accumulation); 0 = a rank's whole share of the
+    batch at once. Must divide batch_size / ranks. The step is the same either way."""
     lr: float = 3e-3
     """Peak learning rate (after warmup)."""
     min_lr_ratio: float = 0.1
@@ -66,10 +76,21 @@ class TrainConfig:
     """torch intra-op threads; 0 = torch's default."""
     attention: Literal["sdpa", "flex"] = "sdpa"
     """Training masks as dense tensors (SDPA) or FlexAttention block masks (block-sparse on GPU)."""
+    parallel: Literal["ddp", "fsdp"] = "ddp"
+    """Multi-rank strategy: "ddp" (default) replicates the model; "fsdp" shards parameters,
+    gradients and optimizer state (FSDP2) for models that do not fit one device. Only matters
+    under torchrun with more than one rank."""
+    compile: bool = False
+    """Compile the model's training forward with torch.compile (inductor); helps on GPU for fixed
+    shapes; off by default (the paper compiles OWT/CNN-DM training, not GSM8K)."""
 
     def __post_init__(self) -> None:
         check(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
         check(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
+        check(
+            self.micro_batch_size == 0 or self.batch_size % self.micro_batch_size == 0,
+            f"micro_batch_size {self.micro_batch_size} must divide batch_size {self.batch_size}",
+        )
         check(self.lr > 0, f"lr must be > 0, got {self.lr}")
         check(0 <= self.min_lr_ratio <= 1, "min_lr_ratio must be in [0, 1]")
         check(self.warmup_steps >= 0, "warmup_steps must be >= 0")
@@ -99,7 +120,8 @@ class TrainResult:
     resumed_from: int
     """Step the run resumed from (0 = fresh)."""
     weights: dict[str, torch.Tensor]
-    """Weights to export (EMA when enabled)."""
+    """Weights to export (EMA when enabled). Under FSDP: full CPU tensors, on rank 0 only (other
+    ranks get an empty dict; each holding a full copy is what FSDP is there to avoid)."""
     train_losses: list[float] = dataclasses.field(default_factory=list)
     """Global training loss of each step run by this call."""
 
@@ -118,6 +140,9 @@ def train(
 ) -> TrainResult:
     """Train `net` with `paradigm`'s loss; resume from `checkpoint_dir` when it holds a state.
 
+    Under FSDP `net` is sharded in place (its parameters become DTensor shards): use the
+    returned weights, not `net.state_dict()`.
+
     Args:
         on_eval: called with (step, eval_loss) after each evaluation (e.g. for pruning; it may
             raise to stop the run).
@@ -128,8 +153,15 @@ def train(
     rank, world = rank_and_world()
     check(config.batch_size % world == 0, f"batch_size {config.batch_size} % {world} ranks != 0")
     device = torch.device(config.device)
-    net.to(device).train()
-    model = _wrap_data_parallel(net, device) if world > 1 else net
+    sharded = world > 1 and config.parallel == "fsdp"
+    if sharded:
+        _shard(net, device, world)
+    else:
+        net.to(device)
+    net.train()
+    model = _wrap_data_parallel(net, device) if world > 1 and not sharded else net
+    if config.compile:
+        model = torch.compile(model)
     optimizer = torch.optim.AdamW(
         net.parameters(),
         lr=config.lr,
@@ -149,6 +181,9 @@ def train(
     show = show_progress and is_main
     with _sigterm_as_stop() as stop_requested, _progress(config.steps, step, show) as bar:
         while step < config.steps:
+            # Through the optimizer, which holds the sharded parameters: an FSDP root keeps its
+            # gathered ones registered after a forward until a backward (e.g. after an eval).
+            optimizer.zero_grad(set_to_none=True)
             train_loss = _step(model, paradigm, train_split, config, generator, device, rank, world)
             optimizer.step()
             scheduler.step()
@@ -164,22 +199,22 @@ def train(
                     _log(log_path, step, train_loss, eval_loss, scheduler, started)
                 if on_eval is not None:
                     on_eval(step, eval_loss)
-            if state_path and is_main and (step % config.checkpoint_every == 0 or stop_requested()):
+            # Under FSDP saving is a collective: every rank must take the same decision.
+            stop = _any_rank(stop_requested(), device) if sharded else stop_requested()
+            due = step % config.checkpoint_every == 0 or stop
+            if state_path and (is_main or sharded) and due:
                 _save_state(state_path, step, net, optimizer, scheduler, generator, ema)
-            if stop_requested():
+            if stop:
                 raise KeyboardInterrupt(f"SIGTERM: checkpointed at step {step}")
     if math.isnan(eval_loss):  # resumed from a checkpoint of the final step: nothing ran
         eval_loss = evaluate_loss(net, paradigm, valid_split, config, ema)
-    weights = (
-        ema if ema is not None else {k: v.detach().clone() for k, v in net.state_dict().items()}
-    )
     return TrainResult(
         steps=step,
         final_train_loss=train_losses[-1] if train_losses else math.nan,
         final_eval_loss=eval_loss,
         seconds=time.perf_counter() - started,
         resumed_from=start_step,
-        weights=weights,
+        weights=_export(net, ema),
         train_losses=train_losses,
     )
 
@@ -197,33 +232,50 @@ def _step(
     """Forward/backward of this rank's share of one global batch; returns the global loss.
 
     Every rank draws the same global batch and noise from the shared generator and keeps its own
-    slice, so any number of ranks follows the single-process trajectory (DDP averages gradients
-    of equal-size slices, which equals the global mean)."""
+    slice, so any number of ranks follows the single-process trajectory. The slice runs in
+    micro-batches whose unnormalised objective sums are backpropagated; the summed gradients are
+    then scaled by world / (global count of counted sequences), because DDP and FSDP average
+    them over ranks: the result is the gradient of the global mean, whatever the split.
+    Gradients accumulate: the caller zeroes them."""
     batch = split.sample(config.batch_size, generator)
     noise = paradigm.sample_noise(batch, generator)
+    share = config.batch_size // world
+    micro = config.micro_batch_size or share
+    check(share % micro == 0, f"micro_batch_size {micro} must divide the per-rank share {share}")
+    total = torch.zeros((), device=device)
+    n_counted = torch.zeros((), device=device, dtype=torch.long)
+    starts = range(rank * share, (rank + 1) * share, micro)
+    for start in starts:
+        index = torch.arange(start, start + micro)
+        part, part_noise = batch.select(index), {k: v[index] for k, v in noise.items()}
+        with _gradient_sync(model, start == starts[-1]), _autocast(config, device):
+            out = paradigm.loss(model, part.to(device), noise=part_noise)
+            term = (out.per_sequence * out.counted).sum()
+        term.backward()
+        total += term.detach().float()
+        n_counted += out.counted.sum()
     if world > 1:
-        share = config.batch_size // world
-        index = torch.arange(rank * share, (rank + 1) * share)
-        batch, noise = batch.select(index), {k: v[index] for k, v in noise.items()}
-    with _autocast(config, device):
-        out = paradigm.loss(model, batch.to(device), noise=noise)
-    objective = out.loss
-    if world > 1:  # the global mean: local sum over the global count, times world (DDP averages)
-        n_counted = out.counted.sum()
+        torch.distributed.all_reduce(total)
         torch.distributed.all_reduce(n_counted)
-        objective = out.sum_over(n_counted) * world
-    model.zero_grad(set_to_none=True)
-    objective.backward()
+    scale = world / n_counted.clamp(min=1)
+    for parameter in model.parameters():
+        if parameter.grad is not None:
+            parameter.grad.mul_(scale)
     if config.grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-    loss = objective.detach()
-    if world > 1:
-        torch.distributed.all_reduce(loss)
-        loss = loss / world
-    value = float(loss)
+    value = float(total / n_counted.clamp(min=1))
     if not math.isfinite(value):
         raise FloatingPointError(f"training loss is {value}; stopping")
     return value
+
+
+def _gradient_sync(model: torch.nn.Module, sync: bool) -> contextlib.AbstractContextManager:
+    """DDP's ``no_sync`` for all micro-batches but the last (one all-reduce per step). FSDP
+    reduce-scatters every micro-batch: its unsharded gradients are what it avoids keeping."""
+    inner = getattr(model, "_orig_mod", model)  # under torch.compile
+    if sync or not isinstance(inner, torch.nn.parallel.DistributedDataParallel):
+        return contextlib.nullcontext()
+    return inner.no_sync()
 
 
 def rank_and_world() -> tuple[int, int]:
@@ -238,6 +290,111 @@ def _wrap_data_parallel(net: Transformer, device: torch.device) -> torch.nn.Modu
 
     ids = [device.index] if device.type == "cuda" else None
     return DistributedDataParallel(net, device_ids=ids)
+
+
+def _shard(net: Transformer, device: torch.device, world: int) -> None:
+    """Shard `net` in place with FSDP2 over all ranks: each block is one unit (gathered only for
+    its own forward/backward), the root keeps the embeddings, final norm and head. FSDP2 moves
+    each unit to the mesh's device as it shards it, so the whole model never sits on one GPU."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(device.type, (world,))
+    for block in net.model.layers:
+        fully_shard(block, mesh=mesh)
+    fully_shard(net, mesh=mesh)
+
+
+def _is_sharded(net: torch.nn.Module) -> bool:
+    """Whether `net` was sharded by `_shard` (its state dict then holds DTensor shards)."""
+    if not torch.distributed.is_available():
+        return False
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(net, FSDPModule)
+
+
+def _any_rank(flag: bool, device: torch.device) -> bool:
+    """True when `flag` is set on any rank (a collective)."""
+    value = torch.tensor(int(flag), device=device)
+    torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
+    return bool(value)
+
+
+def _gather_full(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Full CPU copies of a sharded state's tensors on rank 0 (other ranks get {}).
+
+    A collective: every rank calls it with the same keys; one tensor is gathered at a time."""
+    from torch.distributed.tensor import DTensor
+
+    is_main = torch.distributed.get_rank() == 0
+    full = {}
+    for key, value in state.items():
+        value = value.full_tensor() if isinstance(value, DTensor) else value
+        if is_main:
+            full[key] = value.detach().to("cpu", copy=True)
+    return full
+
+
+def _shard_like(
+    full: dict[str, torch.Tensor], like: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """`full` cut into this rank's shards, laid out as the DTensors of `like` (no communication:
+    every rank holds `full`)."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    out = {}
+    for key, ref in like.items():
+        value = full[key].to(ref.device, ref.dtype)
+        if isinstance(ref, DTensor):
+            value = distribute_tensor(value, ref.device_mesh, ref.placements, src_data_rank=None)
+        out[key] = value
+    return out
+
+
+def _rekey_optimizer_state(state: dict[str, Any], keys: dict[Any, Any]) -> dict[str, Any]:
+    """An optimizer state dict with its parameter keys mapped through `keys`.
+
+    Checkpoints hold `Optimizer.state_dict()`'s format (parameters by index); the FSDP
+    full-state API speaks parameter names, so FSDP runs translate on the way in and out."""
+    return {
+        "state": {keys[k]: v for k, v in state["state"].items()},
+        "param_groups": [
+            {**group, "params": [keys[k] for k in group["params"]]}
+            for group in state["param_groups"]
+        ],
+    }
+
+
+def _parameter_names(net: torch.nn.Module, optimizer: Any) -> list[str]:
+    """The name of each of the optimizer's parameters, by its index in the optimizer state."""
+    names = {id(p): name for name, p in net.named_parameters()}
+    return [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+
+
+def _full_optimizer_state(net: torch.nn.Module, optimizer: Any) -> dict[str, Any]:
+    """The FSDP optimizer state gathered in full on rank 0, keyed by index (a collective)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    state = get_optimizer_state_dict(net, optimizer, options=options)
+    if not state:  # not rank 0
+        return state
+    index = {name: i for i, name in enumerate(_parameter_names(net, optimizer))}
+    return _rekey_optimizer_state(state, index)
+
+
+def _load_full_optimizer_state(net: torch.nn.Module, optimizer: Any, state: dict[str, Any]) -> None:
+    """Load an index-keyed full optimizer state into FSDP's sharded optimizer (every rank)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    names = dict(enumerate(_parameter_names(net, optimizer)))
+    set_optimizer_state_dict(
+        net,
+        optimizer,
+        _rekey_optimizer_state(state, names),
+        options=StateDictOptions(full_state_dict=True),
+    )
 
 
 @torch.no_grad()
@@ -295,14 +452,20 @@ def _resume(
     if path is None or not path.exists():
         return 0
     state = torch.load(path, map_location="cpu", weights_only=False)
-    net.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
+    if ema is not None and state["ema"] is None:
+        raise ValueError(f"{path}: checkpoint has no EMA but ema_decay > 0")
+    if _is_sharded(net):  # every rank loads the full state and keeps its own shards
+        net.load_state_dict(_shard_like(state["model"], net.state_dict()))
+        _load_full_optimizer_state(net, optimizer, state["optimizer"])
+        if ema is not None:
+            ema.update(_shard_like(state["ema"], ema))
+    else:
+        net.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        if ema is not None:
+            ema.update(state["ema"])
     scheduler.load_state_dict(state["scheduler"])
     generator.set_state(state["generator"])
-    if ema is not None:
-        if state["ema"] is None:
-            raise ValueError(f"{path}: checkpoint has no EMA but ema_decay > 0")
-        ema.update(state["ema"])
     log.info("resumed from %s at step %d", path, state["step"])
     return int(state["step"])
 
@@ -316,16 +479,35 @@ def _save_state(
     generator: torch.Generator,
     ema: dict[str, torch.Tensor] | None,
 ) -> None:
+    """Write the training state atomically. Under FSDP every rank calls this (the full states are
+    gathered collectively, in the single-process format) and rank 0 writes."""
+    if _is_sharded(net):
+        # Model first: its state-dict hook reshards a root left gathered by an evaluation, and the
+        # optimizer state maps parameters to names through the (sharded) registered ones.
+        model = _gather_full(net.state_dict())
+        optim = _full_optimizer_state(net, optimizer)
+        ema = _gather_full(ema) if ema is not None else None
+        if torch.distributed.get_rank() != 0:
+            return
+    else:
+        model, optim = net.state_dict(), optimizer.state_dict()
     state = {
         "step": step,
-        "model": net.state_dict(),
-        "optimizer": optimizer.state_dict(),
+        "model": model,
+        "optimizer": optim,
         "scheduler": scheduler.state_dict(),
         "generator": generator.get_state(),
         "ema": ema,
     }
     with atomic_path(path) as tmp:
         torch.save(state, tmp)
+
+
+def _export(net: Transformer, ema: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
+    """The weights to export: the EMA, else a copy of the net's; gathered in full under FSDP."""
+    if _is_sharded(net):
+        return _gather_full(ema if ema is not None else net.state_dict())
+    return ema if ema is not None else {k: v.detach().clone() for k, v in net.state_dict().items()}
 
 
 def _log(
