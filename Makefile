@@ -6,13 +6,14 @@ PRESET ?= default
 BIN := $(VENV)/bin
 PYTHON ?= python3
 
-# No telemetry, no hub access, anywhere.
+# No telemetry, anywhere. No hub access unless the caller's environment asks for it
+# (HF_HUB_OFFLINE=0 TRANSFORMERS_OFFLINE=0, for the paper-gsm8k preset's weights and data).
 export DVC_NO_ANALYTICS := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
-export HF_HUB_OFFLINE := 1
+export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_TELEMETRY := 1
-export TRANSFORMERS_OFFLINE := 1
+export TRANSFORMERS_OFFLINE ?= 1
 export VLLM_NO_USAGE_STATS := 1
 export TOKENIZERS_PARALLELISM := false
 

@@ -350,10 +350,7 @@ def export_study(
         "pareto": pareto,
         "counts": {s: states.count(s) for s in sorted(set(states))},
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps({**summary, "trials": trials}, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    _write_json(path, {**summary, "trials": trials})
     rows = [{"trial": t["number"], **t["params"], **t["values"]} for t in trials if t["pareto"]]
     key = re.sub(r"[^a-z0-9-]+", "-", f"pareto-{study.study_name}".lower())
     create_table_artifact(rows, key=key, description=f"Pareto set of {study.study_name}")
@@ -365,6 +362,14 @@ def export_study(
         space["preset"],
     )
     return {**summary, "export": str(path)}
+
+
+def _write_json(path: Path, data: Any) -> None:
+    """Write `data` as JSON atomically (a reader never sees a partial file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
 
 
 def _peers(study: optuna.Study) -> list[dict[str, Any]]:
@@ -403,8 +408,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n-trials", type=int, help="finished trials to reach")
     parser.add_argument("--dask-address", help="Dask scheduler address (tcp://host:8786)")
     parser.add_argument("--dask-workers", type=int, default=0, help="local Dask workers")
-    args = parser.parse_args(argv)
-    summary = ablation(**vars(args))
+    parser.add_argument("--summary", type=Path, help="also write the summary JSON here (DVC)")
+    args = vars(parser.parse_args(argv))
+    summary_path = args.pop("summary")
+    summary = ablation(**args)
+    if summary_path is not None:
+        _write_json(summary_path, summary)
     print(json.dumps(summary, indent=2))
 
 

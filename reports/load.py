@@ -149,7 +149,7 @@ def expected_inputs(root: Path, params: dict[str, Any]) -> Expected:
     )
     sweep = _get(params, "bench.sweep")
     textgen_tasks = _union(
-        _get(params, "textgen.tasks") or [],
+        _get(params, "study.textgen") or [],
         _subdirs(root / "results/textgen"),
         _subdirs(root / "metrics/textgen"),
     )
@@ -159,7 +159,7 @@ def expected_inputs(root: Path, params: dict[str, Any]) -> Expected:
         bench_tasks=bench_tasks,
         bench_paradigms=list(sweep) if isinstance(sweep, dict) else paradigms,
         textgen_tasks=textgen_tasks,
-        ablation_tasks=_subdirs(root / "ablations") or bench_tasks,
+        ablation_tasks=_union(_get(params, "study.ablate") or [], _subdirs(root / "ablations")),
     )
 
 

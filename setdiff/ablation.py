@@ -122,9 +122,13 @@ class Budget:
     """Held-out loss evaluations of a training trial (what pruning looks at)."""
     timeout_s: float = 600.0
     """Wall budget of one flow run (no round starts after it) and of each trial."""
+    workers: int = 2
+    """Trials the ``ablate`` stage runs at once (its local Dask cluster); 1 when one trial
+    fills the machine (a 1.7B fine-tune on one GPU)."""
 
     def __post_init__(self) -> None:
         counts = (self.n_trials, self.batch, self.n_examples, self.train_steps, self.eval_every)
+        counts += (self.workers,)
         check(min(counts) >= 1 and self.timeout_s > 0, "budget values must be positive")
 
 
@@ -429,10 +433,11 @@ def _knob_json(name: str, spec: KnobSpace) -> dict[str, Any]:
 
 
 def _fingerprint(params: Params, config: AblationConfig, task: str) -> str:
-    """Hash of the spec (minus the budget's n_trials and timeout, so raising them continues
-    the study) and of the preset sections a trial's result depends on."""
+    """Hash of the spec (minus the budget's n_trials, timeout and workers, so raising them
+    continues the study) and of the preset sections a trial's result depends on."""
     spec = to_dict(config)
-    spec["budget"] = {k: v for k, v in spec["budget"].items() if k not in ("n_trials", "timeout_s")}
+    resumable = ("n_trials", "timeout_s", "workers")
+    spec["budget"] = {k: v for k, v in spec["budget"].items() if k not in resumable}
     keys = [f"{s}.{task}" for s in ("data", "tokenizer", "model", "train")]
     keys += ["paradigm", "decode", "bench.run"]
     return run_id(task, spec, {k: params.get_path(k) for k in keys})[:8]

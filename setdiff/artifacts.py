@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 from setdiff.config import build, to_dict
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import PARADIGMS, Paradigm, make_paradigm
+from setdiff.tokenizer import SPECIAL_MAP_FILE
 
 CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = "config.json", "model.safetensors", "tokenizer.json"
 
@@ -130,6 +131,10 @@ def save_model_dir(
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         if tokenizer_file is not None:
             shutil.copyfile(tokenizer_file, tmp / TOKENIZER_FILE)
+            # A pretrained tokenizer's roles travel with it (see setdiff.tokenizer).
+            special_map = Path(tokenizer_file).with_name(SPECIAL_MAP_FILE)
+            if special_map.exists():
+                shutil.copyfile(special_map, tmp / SPECIAL_MAP_FILE)
         for name, source in (extra_files or {}).items():
             if Path(source).exists():
                 shutil.copyfile(source, tmp / name)

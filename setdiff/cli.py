@@ -18,7 +18,7 @@ STAGES: dict[str, str] = {
     "bench": "Speed-quality sweep of every paradigm on one answer task (batch 1); results/.",
     "baseline": "The AR model served by transformers and vLLM, side by side with ours; results/.",
     "tradeoff": "Headline speed ratios at matched accuracy, with bootstrap CIs; metrics/.",
-    "floor": "Check the arith quality floors (AR >= 0.8, setdlm within 10 points); metrics/.",
+    "floor": "Check a task's quality floors (AR >= 0.8, setdlm within 10 points); metrics/.",
     "trial": "One ablation trial (train at a reduced budget or load, then decode); result.json.",
     "promote": "Write an ablation study's Pareto configurations into params/<preset>.yaml.",
     "textgen": "Text quality: verse infilling and unconditional generation of one model.",

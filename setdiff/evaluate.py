@@ -21,12 +21,20 @@ from tqdm.auto import tqdm
 
 from setdiff.artifacts import LoadedModel
 from setdiff.batching import ArraySplit
-from setdiff.data import ARITH_MARKER, GSM_MARKER, extract_answer, score_arith, score_gsm
+from setdiff.data import (
+    ARITH_MARKER,
+    GSM_MARKER,
+    extract_answer,
+    score_arith,
+    score_gsm,
+    score_gsm8k,
+)
 from setdiff.sampling.loop import generate
 
 ANSWER_TASKS: dict[str, tuple[str, Callable[[str | None, Mapping[str, Any]], float]]] = {
     "arith": (ARITH_MARKER, score_arith),
     "gsm": (GSM_MARKER, score_gsm),
+    "gsm8k": (GSM_MARKER, score_gsm8k),
 }
 """Tasks with a checkable answer: the marker before the answer and the generator's scorer."""
 

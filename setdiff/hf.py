@@ -7,6 +7,8 @@
 - `load_hf_backbone`: a local (or hub, when online) Llama- or Qwen3-style checkpoint -> our
   `Transformer`, e.g. to initialise training from a pretrained model. Features the backbone
   does not implement (RoPE scaling, biases, sliding windows, ...) are refused by field name.
+- `pretrained_config` / `load_pretrained_tokenizer`: a pretrained checkpoint's backbone config
+  and tokenizer (with its [MASK] chosen by `choose_mask_id`) for the ``pretrained`` params keys.
 - `choose_mask_id`: reuse an existing special token as [MASK] when no vocabulary row is free.
 
 Parameter names are the same in both formats (see `setdiff.model`), so no tensor is renamed.
@@ -16,6 +18,7 @@ Nothing here trains, decodes or reads params.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import re
@@ -23,12 +26,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import tokenizers
 import torch
 from safetensors.torch import load_file, save_file
 
 from setdiff.artifacts import TOKENIZER_FILE, WEIGHTS_FILE, assign_weights, atomic_dir, load_net
 from setdiff.model import ModelConfig, Transformer, rope_inv_freq
-from setdiff.tokenizer import Tokenizer, load_hf_tokenizer, load_tokenizer
+from setdiff.tokenizer import (
+    ROLES,
+    SPECIAL_MAP_FILE,
+    Tokenizer,
+    TokenizerConfig,
+    load_hf_tokenizer,
+    load_tokenizer,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +54,9 @@ DEFAULT_HEAD_DIM: dict[str, int] = {"qwen3": 128}
 
 INDEX_FILE = "model.safetensors.index.json"
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+MODEL_FILES: tuple[str, ...] = ("*.json", "*.safetensors")
+"""What a backbone needs from a hub repository (configs, tokenizer, weights)."""
+TOKENIZER_FILES: tuple[str, ...] = ("tokenizer.json", "tokenizer_config.json", SPECIAL_MAP_FILE)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,7 +180,7 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def load_hf_backbone(
-    path: str | Path, *, dtype: torch.dtype = torch.float32
+    path: str | Path, *, dtype: torch.dtype = torch.float32, max_seq_len: int | None = None
 ) -> tuple[Transformer, dict[str, Any]]:
     """Our backbone initialised from a Llama- or Qwen3-style HF checkpoint directory.
 
@@ -175,15 +189,19 @@ def load_hf_backbone(
             in ``model.safetensors.index.json``); a string that is not a local path but looks
             like a hub id (``owner/name``) is fetched with `huggingface_hub.snapshot_download`.
         dtype: parameter dtype of the returned backbone.
+        max_seq_len: our row length L to record in the config (default: the checkpoint's
+            ``max_position_embeddings``); RoPE is computed, so no weight depends on it.
     Returns:
         The backbone in eval mode on the CPU, and the checkpoint's ``config.json`` as read.
     Raises:
         ValueError: on an unsupported architecture or feature (the message names the field),
             missing or unexpected tensors, or a missing weights file.
     """
-    directory = _resolve_checkpoint(path)
+    directory = resolve_pretrained(path)
     raw = json.loads((directory / "config.json").read_text())
     config = model_config_from_hf(raw)
+    if max_seq_len is not None:
+        config = dataclasses.replace(config, max_seq_len=max_seq_len)
     net = Transformer(config)
     weights = _read_weights(directory)
     _load_state(net, weights, directory)
@@ -265,19 +283,27 @@ def _rope_theta(raw: Mapping[str, Any]) -> float:
     return float(theta)
 
 
-def _resolve_checkpoint(path: str | Path) -> Path:
-    directory = Path(path)
+def resolve_pretrained(
+    source: str | Path, *, needs: str = "config.json", patterns: Sequence[str] = MODEL_FILES
+) -> Path:
+    """A local directory holding `needs`, or a hub id (``owner/name``) fetched into the HF cache.
+
+    Only files matching `patterns` are fetched (``HF_HUB_OFFLINE=1`` makes this a cache lookup).
+
+    Raises:
+        FileNotFoundError: naming `source` when it is neither.
+    """
+    directory = Path(source)
     if directory.is_dir():
-        if not (directory / "config.json").exists():
-            raise FileNotFoundError(f"{directory}: no config.json (not an HF checkpoint)")
+        if not (directory / needs).exists():
+            raise FileNotFoundError(f"{directory}: no {needs} (not a Hugging Face directory)")
         return directory
-    if isinstance(path, str) and HUB_ID.match(path) and not directory.exists():
+    if isinstance(source, str) and HUB_ID.match(source) and not directory.exists():
         from huggingface_hub import snapshot_download
 
-        logger.info("fetching %s from the Hugging Face hub", path)
-        local = snapshot_download(path, allow_patterns=["*.json", "*.safetensors"])
-        return Path(local)
-    raise FileNotFoundError(f"{path}: not a checkpoint directory (nor a hub id owner/name)")
+        logger.info("fetching %s from the Hugging Face hub", source)
+        return Path(snapshot_download(source, allow_patterns=list(patterns)))
+    raise FileNotFoundError(f"{source}: not a local directory (nor a hub id owner/name)")
 
 
 def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -301,6 +327,56 @@ def _load_state(net: Transformer, weights: dict[str, torch.Tensor], source: Path
     # Old Llama checkpoints store RoPE tables; we derive them from the config.
     weights = {k: v for k, v in weights.items() if not k.endswith("rotary_emb.inv_freq")}
     assign_weights(net, weights, source)
+
+
+def pretrained_config(source: str | Path, seq_len: int) -> ModelConfig:
+    """The backbone config of a pretrained checkpoint, for rows of `seq_len` tokens.
+
+    Only ``config.json`` is read. ``max_seq_len`` becomes `seq_len` (our row length; RoPE
+    positions are computed, so nothing is sized by the checkpoint's context length).
+    """
+    raw = json.loads((resolve_pretrained(source) / "config.json").read_text())
+    return dataclasses.replace(model_config_from_hf(raw), max_seq_len=seq_len)
+
+
+def load_pretrained_tokenizer(config: TokenizerConfig) -> Tokenizer:
+    """A pretrained tokenizer (``kind: pretrained``) with its four roles resolved.
+
+    Roles come from `config` where set, else from the directory's ``tokenizer_config.json`` /
+    ``special_tokens_map.json``; BOS and PAD fall back to EOS (Qwen3 has neither), and [MASK]
+    to the first of `PREFERRED_MASK_TOKENS` in the vocabulary (Qwen3: ``<|fim_middle|>``).
+
+    Raises:
+        ValueError: naming a role left without a token (no EOS anywhere, no mask candidate).
+    """
+    directory = resolve_pretrained(config.source, needs="tokenizer.json", patterns=TOKENIZER_FILES)
+    backend = tokenizers.Tokenizer.from_file(str(directory / "tokenizer.json"))
+    special = {
+        **_declared_special(directory, SPECIAL_MAP_FILE),
+        **_declared_special(directory, "tokenizer_config.json"),
+        **config.special_overrides(),
+    }
+    if not special.get("eos_token"):
+        raise ValueError(f"{directory}: the tokenizer declares no eos_token; set eos_token")
+    special.setdefault("bos_token", special["eos_token"])
+    special.setdefault("pad_token", special["eos_token"])
+    if not special.get("mask_token"):
+        vocab = backend.get_vocab(with_added_tokens=True)
+        special["mask_token"] = backend.id_to_token(choose_mask_id(vocab))
+    return Tokenizer(backend, directory / "tokenizer.json", {r: special[r] for r in ROLES})
+
+
+def _declared_special(directory: Path, name: str) -> dict[str, str]:
+    """The roles a Hugging Face tokenizer file declares (tokens or {"content": ...} records)."""
+    path = directory / name
+    raw = json.loads(path.read_text()) if path.exists() else {}
+    found = {}
+    for role in ROLES:
+        value = raw.get(role)
+        token = value.get("content") if isinstance(value, dict) else value
+        if isinstance(token, str) and token:
+            found[role] = token
+    return found
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """Tokenizers (character-level or byte-level BPE) and fixed-length encoding of task splits.
 
-A tokenizer is a Hugging Face ``tokenizers`` model saved as one ``tokenizer.json`` whose first
-ids are the special tokens ``<pad>``=0, ``<bos>``=1, ``<eos>``=2, ``<mask>``=3 (the character
-tokenizer adds ``<unk>``=4). The file also loads with
-``transformers.PreTrainedTokenizerFast(tokenizer_file=...)`` (see `load_hf_tokenizer`).
+A tokenizer is a Hugging Face ``tokenizers`` model saved as one ``tokenizer.json``. The ones
+trained here put the special tokens first: ``<pad>``=0, ``<bos>``=1, ``<eos>``=2, ``<mask>``=3
+(the character tokenizer adds ``<unk>``=4). A pretrained tokenizer (``kind: pretrained``, see
+`setdiff.hf.load_pretrained_tokenizer`) keeps its own ids and names its four roles in a
+``special_tokens_map.json`` beside ``tokenizer.json`` (the Hugging Face file of that name).
+Either loads with ``transformers.PreTrainedTokenizerFast`` (see `load_hf_tokenizer`).
 
 `encode_examples` lays a split out as an (N, L) int32 array: prompt/target tasks as
 ``<bos> prompt target <eos> <pad>...``, text tasks as ``<bos>`` + L-1 tokens of one long stream.
@@ -12,8 +14,9 @@ Nothing here reads params or writes files except `Tokenizer.save`.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -37,16 +40,38 @@ MIN_BPE_VOCAB = len(SPECIAL_TOKENS) + 256
 """Specials plus the 256-byte base alphabet of byte-level BPE."""
 
 
+ROLES: tuple[str, ...] = ("pad_token", "bos_token", "eos_token", "mask_token")
+"""The special roles this project relies on, named as in Hugging Face's special_tokens_map."""
+DEFAULT_SPECIAL: dict[str, str] = dict(zip(ROLES, SPECIAL_TOKENS, strict=True))
+"""Role -> token of the tokenizers trained here."""
+SPECIAL_MAP_FILE = "special_tokens_map.json"
+"""Beside ``tokenizer.json``: role -> token, for tokenizers whose specials are not ours."""
+
+
 @frozen
 class TokenizerConfig:
-    """How one task's tokenizer is trained and how long its encoded examples are."""
+    """How one task's tokenizer is made and how long its encoded examples are."""
 
-    kind: Literal["char", "bpe"]
-    """``char``: one token per character of the training text; ``bpe``: byte-level BPE."""
+    kind: Literal["char", "bpe", "pretrained"]
+    """``char``: one token per character of the training text; ``bpe``: byte-level BPE;
+    ``pretrained``: a Hugging Face tokenizer used as is (e.g. the one of a pretrained model)."""
     vocab_size: int = 0
-    """Target vocabulary size including specials (``bpe`` only, >= 260; leave 0 for ``char``)."""
+    """Target vocabulary size including specials (``bpe`` only, >= 260; leave 0 otherwise)."""
     seq_len: int
     """Fixed length L of every encoded example (row), including ``<bos>`` and ``<eos>``."""
+    source: str = ""
+    """``pretrained`` only: a local directory with ``tokenizer.json`` (and usually
+    ``tokenizer_config.json``), or a hub id ``owner/name`` fetched when online."""
+    bos_token: str | None = None
+    """``pretrained`` only: the token starting every row; None = the tokenizer's own BOS, or its
+    EOS when it has none (Qwen3)."""
+    eos_token: str | None = None
+    """``pretrained`` only: None = the tokenizer's own EOS."""
+    pad_token: str | None = None
+    """``pretrained`` only: None = the tokenizer's own PAD, else its EOS."""
+    mask_token: str | None = None
+    """``pretrained`` only: the existing token reused as [MASK]; None = the tokenizer's own
+    mask token, else the first of `setdiff.hf.PREFERRED_MASK_TOKENS` it has."""
 
     def __post_init__(self) -> None:
         if self.kind == "bpe":
@@ -55,8 +80,21 @@ class TokenizerConfig:
                 f"vocab_size must be >= {MIN_BPE_VOCAB} for bpe, got {self.vocab_size}",
             )
         else:
-            check(self.vocab_size == 0, "vocab_size applies to bpe only; leave it 0 for char")
+            check(self.vocab_size == 0, f"vocab_size applies to bpe only, not {self.kind}")
+        pretrained_only = {
+            "source": self.source,
+            **{role: getattr(self, role) for role in ROLES},
+        }
+        if self.kind == "pretrained":
+            check(bool(self.source), "source is required for kind pretrained")
+        else:
+            given = [key for key, value in pretrained_only.items() if value]
+            check(not given, f"{given} apply to kind pretrained only")
         check(self.seq_len >= 3, f"seq_len must be >= 3, got {self.seq_len}")
+
+    def special_overrides(self) -> dict[str, str]:
+        """The roles this config sets explicitly (``pretrained`` only)."""
+        return {role: getattr(self, role) for role in ROLES if getattr(self, role)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -109,8 +147,11 @@ def train_tokenizer(texts: Iterable[str], config: TokenizerConfig) -> tokenizers
     """Train a tokenizer of `config.kind` on `texts`; the same input gives the same JSON bytes.
 
     Raises:
-        ValueError: if the trained tokenizer does not put the special tokens at ids 0..3.
+        ValueError: if the trained tokenizer does not put the special tokens at ids 0..3, or
+            `config.kind` is not trainable (``pretrained``).
     """
+    if config.kind not in TOKENIZER_TRAINERS:
+        raise ValueError(f"kind {config.kind!r} is not trained; see setdiff.hf for pretrained")
     tokenizer = TOKENIZER_TRAINERS[config.kind](list(texts), config)
     _check_special_ids(tokenizer)
     logger.info("trained %s tokenizer: %d tokens", config.kind, tokenizer.get_vocab_size())
@@ -139,11 +180,32 @@ def training_texts(records: Iterable[Record], task: str) -> Iterator[str]:
 
 
 class Tokenizer:
-    """A trained tokenizer with the ids this project relies on; no special tokens are added
-    on encode, and all of them are skipped on decode."""
+    """A tokenizer with the special ids this project relies on; no special tokens are added
+    on encode, and all of them are skipped on decode.
 
-    def __init__(self, backend: tokenizers.Tokenizer, path: Path | None = None) -> None:
-        _check_special_ids(backend)
+    Args:
+        special: role (`ROLES`) -> token; default `DEFAULT_SPECIAL`, which must be ids 0..3.
+    Raises:
+        ValueError: naming a role whose token is not in the vocabulary.
+    """
+
+    def __init__(
+        self,
+        backend: tokenizers.Tokenizer,
+        path: Path | None = None,
+        special: Mapping[str, str] | None = None,
+    ) -> None:
+        self.special = dict(special or DEFAULT_SPECIAL)
+        if self.special == DEFAULT_SPECIAL:
+            _check_special_ids(backend)
+        missing = [role for role in ROLES if role not in self.special]
+        if missing:
+            raise ValueError(f"special tokens lack the role(s) {missing}")
+        ids = {role: backend.token_to_id(self.special[role]) for role in ROLES}
+        absent = {role: self.special[role] for role, i in ids.items() if i is None}
+        if absent:
+            raise ValueError(f"special token(s) {absent} are not in the vocabulary")
+        self._ids: dict[str, int] = ids
         self.backend = backend
         self.path = path
 
@@ -161,28 +223,38 @@ class Tokenizer:
         return self.backend.decode(list(ids), skip_special_tokens=True)
 
     def save(self, path: str | Path) -> None:
-        """Write ``tokenizer.json`` to `path` (not atomic; stages write `to_str()` atomically)."""
+        """Write ``tokenizer.json`` to `path` and the special map beside it (not atomic; stages
+        write `to_str()` and `special_map_str()` atomically)."""
         Path(path).write_text(self.to_str(), encoding="utf-8")
+        Path(path).with_name(SPECIAL_MAP_FILE).write_text(self.special_map_str())
+
+    def special_map_str(self) -> str:
+        """The ``special_tokens_map.json`` text (role -> token)."""
+        return json.dumps(self.special, indent=2, sort_keys=True) + "\n"
 
     def to_str(self) -> str:
         """The ``tokenizer.json`` text."""
         return self.backend.to_str()
 
+    def id_of(self, role: str) -> int:
+        """The id of a special role (`ROLES`)."""
+        return self._ids[role]
+
     @property
     def pad_id(self) -> int:
-        return 0
+        return self._ids["pad_token"]
 
     @property
     def bos_id(self) -> int:
-        return 1
+        return self._ids["bos_token"]
 
     @property
     def eos_id(self) -> int:
-        return 2
+        return self._ids["eos_token"]
 
     @property
     def mask_id(self) -> int:
-        return 3
+        return self._ids["mask_token"]
 
     @property
     def vocab_size(self) -> int:
@@ -191,22 +263,39 @@ class Tokenizer:
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
-    """Load a ``tokenizer.json`` written by this module."""
-    return Tokenizer(tokenizers.Tokenizer.from_file(str(path)), Path(path))
+    """Load a ``tokenizer.json``, with the special roles of a ``special_tokens_map.json`` beside
+    it when there is one (pretrained tokenizers), else the default ones (ids 0..3)."""
+    path = Path(path)
+    return Tokenizer(tokenizers.Tokenizer.from_file(str(path)), path, read_special_map(path))
+
+
+def read_special_map(tokenizer_path: str | Path) -> dict[str, str] | None:
+    """The roles in the ``special_tokens_map.json`` beside `tokenizer_path`; None if absent.
+
+    Values may be tokens or Hugging Face ``{"content": token, ...}`` records; roles other than
+    `ROLES` (``unk_token``, ``additional_special_tokens``, ...) are ignored.
+    """
+    path = Path(tokenizer_path).with_name(SPECIAL_MAP_FILE)
+    if not path.exists():
+        return None
+    raw = json.loads(path.read_text())
+    special = {}
+    for role in ROLES:
+        value = raw.get(role)
+        special[role] = value.get("content") if isinstance(value, dict) else value
+    missing = [role for role, token in special.items() if not isinstance(token, str)]
+    if missing:
+        raise ValueError(f"{path}: no token for role(s) {missing}")
+    return special
 
 
 def load_hf_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     """The same ``tokenizer.json`` as a ``transformers`` tokenizer with the special roles set."""
     from transformers import PreTrainedTokenizerFast
 
-    backend = tokenizers.Tokenizer.from_file(str(path))
-    roles: dict[str, Any] = {
-        "pad_token": "<pad>",
-        "bos_token": "<bos>",
-        "eos_token": "<eos>",
-        "mask_token": "<mask>",
-    }
-    if backend.token_to_id(UNK_TOKEN) is not None:
+    tokenizer = load_tokenizer(path)
+    roles: dict[str, Any] = dict(tokenizer.special)
+    if tokenizer.backend.token_to_id(UNK_TOKEN) is not None:
         roles["unk_token"] = UNK_TOKEN
     return PreTrainedTokenizerFast(
         tokenizer_file=str(path), clean_up_tokenization_spaces=False, **roles

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from setdiff.config import ConfigError, build, check, frozen
-from setdiff.data import check_task
+from setdiff.data import TASK_LAYOUTS, check_task
 from setdiff.model import ModelConfig
 from setdiff.paradigm import PARADIGMS
 from setdiff.params import Params
@@ -74,7 +74,13 @@ class Layout:
 
 
 def model_config(params: Params, task: str, vocab_size: int, seq_len: int) -> ModelConfig:
-    """`model.<task>` plus the vocabulary and context derived from the tokenized data."""
+    """`model.<task>` plus the vocabulary and context derived from the tokenized data, or the
+    config of the checkpoint named by ``model.<task>.pretrained`` (its own vocabulary)."""
+    source = pretrained_source(params, task)
+    if source is not None:
+        from setdiff.hf import pretrained_config
+
+        return pretrained_config(source, seq_len)
     section = dict(params.get_path(f"model.{task}"))
     derived = sorted({"vocab_size", "max_seq_len"} & set(section))
     if derived:
@@ -87,6 +93,27 @@ def model_config(params: Params, task: str, vocab_size: int, seq_len: int) -> Mo
         {**section, "vocab_size": vocab_size, "max_seq_len": seq_len},
         f"{params.path}: model.{task}",
     )
+
+
+def pretrained_source(params: Params, task: str) -> str | None:
+    """``model.<task>.pretrained`` (a Hugging Face checkpoint directory or hub id), or None.
+
+    Raises:
+        ConfigError: if other keys sit beside it (the checkpoint fixes the architecture).
+    """
+    section = params.get_path(f"model.{task}")
+    if not isinstance(section, dict) or "pretrained" not in section:
+        return None
+    others = sorted(set(section) - {"pretrained"})
+    if others:
+        raise ConfigError(
+            f"{params.path}: model.{task}: {others} come from the pretrained checkpoint; "
+            "remove them"
+        )
+    source = section["pretrained"]
+    if not isinstance(source, str) or not source:
+        raise ConfigError(f"{params.path}: model.{task}.pretrained: expected a path or hub id")
+    return source
 
 
 def paradigm_config(params: Params, name: str) -> Any:
@@ -102,6 +129,12 @@ class StudyConfig:
     """Every trained paradigm; `ar` is required (it is the baseline and the initialisation)."""
     diffusion: tuple[str, ...] = ("mdlm", "bd3lm", "aogpt", "setdlm")
     """The paradigms other than `ar`, trained after it (dvc.yaml cannot compute this list)."""
+    floor: tuple[str, ...] = ()
+    """Answer tasks whose quality floors (AR accuracy, setdlm gap) are checked: ``floor@<task>``."""
+    ablate: tuple[str, ...] = ()
+    """Answer tasks the Optuna ablation (``ablation`` section) runs on: ``ablate@<task>``."""
+    textgen: tuple[str, ...] = ()
+    """Text tasks judged for infilling and unconditional generation: ``textgen@<task>-<p>``."""
 
     def __post_init__(self) -> None:
         check(len(self.tasks) > 0, "tasks must not be empty")
@@ -115,3 +148,12 @@ class StudyConfig:
             list(self.diffusion) == expected,
             f"diffusion must list paradigms without ar, in order: {expected}",
         )
+        for name in ("floor", "ablate", "textgen"):
+            outside = [t for t in getattr(self, name) if t not in self.tasks]
+            check(not outside, f"{name}: {outside} not in tasks {list(self.tasks)}")
+        check(
+            not self.floor or {"ar", "setdlm"} <= set(self.paradigms),
+            "floor compares ar and setdlm: both must be in paradigms",
+        )
+        streams = [t for t in self.textgen if TASK_LAYOUTS[t] != "stream"]
+        check(not streams, f"textgen: {streams} are not text (stream) tasks")

@@ -1,9 +1,10 @@
 """``setdiff floor``: check the quality floors of a run and record the verdict in metrics/.
 
 Reads ``metrics/evaluate/<task>/{ar,setdlm}.json`` (greedy decoding, tau off) and writes
-``metrics/floor.json``: AR exact-match accuracy on the arith test split must be >= ``ar_min``
-and setdlm must be within ``max_gap`` of AR. It records and prints; with ``--strict`` it also
-exits non-zero when a floor is missed (it is a benchmark check, not a test).
+``metrics/floor/<task>.json``: AR exact-match accuracy on the task's test split must be
+>= ``ar_min`` and setdlm must be within ``max_gap`` of AR (``study.floor`` lists the tasks). It
+records and prints; with ``--strict`` it also exits non-zero when a floor is missed (it is a
+benchmark check, not a test).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--ar-min", type=float, default=0.8)
     parser.add_argument("--max-gap", type=float, default=0.10)
     parser.add_argument("--root", default=".")
-    parser.add_argument("--out", default="metrics/floor.json")
+    parser.add_argument("--out", help="default: metrics/floor/<task>.json")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a floor is missed")
     args = parser.parse_args(argv)
     found = {}
@@ -49,7 +50,7 @@ def main(argv: list[str]) -> None:
         "setdlm_within_gap": ar - setdlm <= args.max_gap,
         "n_answers": found["ar"]["n_answers"],
     }
-    write_json(Path(args.root) / args.out, verdict)
+    write_json(Path(args.root) / (args.out or f"metrics/floor/{args.task}.json"), verdict)
     print(json.dumps(verdict, indent=2))
     if args.strict and not (verdict["ar_floor_met"] and verdict["setdlm_within_gap"]):
         sys.exit(1)

@@ -19,7 +19,7 @@ from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.params import Params, load_params
 from setdiff.stages.baseline import BaselineConfig
 from setdiff.stages.bench import BenchRunConfig, configurations
-from setdiff.stages.common import StudyConfig, model_config, paradigm_config
+from setdiff.stages.common import StudyConfig, model_config, paradigm_config, pretrained_source
 from setdiff.stages.evaluate import EvalConfig
 from setdiff.stages.textgen import TextGenConfig
 from setdiff.stages.train import TaskTrainConfig
@@ -55,7 +55,8 @@ def validate(params: Params) -> StudyConfig:
         if params.get_path("data").get(task) is None:
             raise ConfigError(f"{params.path}: data.{task} is missing (study.tasks lists {task})")
         params.section(f"tokenizer.{task}", TokenizerConfig)
-        model_config(params, task, vocab_size=8, seq_len=8)
+        if pretrained_source(params, task) is None:  # a checkpoint is only read by its stages
+            model_config(params, task, vocab_size=8, seq_len=8)
         params.section(f"train.{task}", TaskTrainConfig)
     for name in study.paradigms:
         paradigm = make_paradigm(name, paradigm_config(params, name), mask_id=0)
@@ -64,9 +65,17 @@ def validate(params: Params) -> StudyConfig:
             paradigm.decode_policy(dict(options))
         except ValueError as err:
             raise ConfigError(f"{params.path}: decode.{name}: {err}") from None
+    answer_only = [t for t in (*study.floor, *study.ablate) if t not in ANSWER_TASKS]
+    if answer_only:
+        raise ConfigError(
+            f"{params.path}: study.floor/ablate: {answer_only} have no checkable answers "
+            f"({sorted(ANSWER_TASKS)})"
+        )
+    if study.ablate and "ablation" not in params:
+        raise ConfigError(f"{params.path}: study.ablate lists {list(study.ablate)}: add ablation")
     _validate_bench(params, study)
     params.section("baseline", BaselineConfig)
-    if "text" in study.tasks:
+    if study.textgen:
         params.section("textgen", TextGenConfig)
     if "ablation" in params:
         validate_ablation(params, study)

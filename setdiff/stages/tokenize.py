@@ -1,8 +1,9 @@
 """DVC stage ``tokenize``: train one task's tokenizer and encode its splits to fixed length.
 
 ``setdiff tokenize --task arith [--params params.yaml] [--root .]`` reads ``tokenizer.<task>``
-and ``data/<task>/raw/*.jsonl`` (from ``prepare``), trains the tokenizer on the train split, and
-writes ``data/<task>/tokenizer/tokenizer.json``, ``data/<task>/encoded/{split}.npz`` (keys
+and ``data/<task>/raw/*.jsonl`` (from ``prepare``), trains the tokenizer on the train split (or
+loads a pretrained one, ``kind: pretrained``), and writes ``data/<task>/tokenizer/tokenizer.json``
+with its roles in ``special_tokens_map.json``, ``data/<task>/encoded/{split}.npz`` (keys
 ``tokens``, ``context_len``, ``length``; the ``np.savez`` format, written with fixed zip
 timestamps so equal arrays give equal bytes) and ``data/<task>/encoded/manifest.json``.
 Every file is written atomically.
@@ -20,12 +21,13 @@ from typing import Any
 import numpy as np
 
 from setdiff import data
-from setdiff.artifacts import sha256_bytes, write_bytes, write_json
+from setdiff.artifacts import sha256_bytes, write_bytes, write_json, write_text
 from setdiff.config import to_dict
 from setdiff.params import load_params
 from setdiff.stages.common import Layout, parse_args, setup_logging
 from setdiff.tokenizer import (
-    SPECIAL_TOKENS,
+    ROLES,
+    SPECIAL_MAP_FILE,
     EncodedSplit,
     Tokenizer,
     TokenizerConfig,
@@ -75,6 +77,15 @@ def write_split(path: Path, split: EncodedSplit) -> str:
     return sha256_bytes(payload)
 
 
+def make_tokenizer(config: TokenizerConfig, train: list[data.Record], task: str) -> Tokenizer:
+    """Train the task's tokenizer on its train records, or load the pretrained one."""
+    if config.kind == "pretrained":
+        from setdiff.hf import load_pretrained_tokenizer
+
+        return load_pretrained_tokenizer(config)
+    return Tokenizer(train_tokenizer(training_texts(train, task), config))
+
+
 def main(argv: list[str]) -> None:
     """Train ``--task``'s tokenizer on its train split and encode all three splits."""
     args = parse_args(
@@ -85,18 +96,17 @@ def main(argv: list[str]) -> None:
     layout = Layout(args.root, args.task)
     splits = read_raw_splits(layout.raw)
 
-    backend = train_tokenizer(training_texts(splits["train"], args.task), config)
-    tokenizer_json = backend.to_str().encode("utf-8")
-    tokenizer_path = layout.tokenizer
-    write_bytes(tokenizer_path, tokenizer_json)
-    tokenizer = Tokenizer(backend, tokenizer_path)
+    tokenizer = make_tokenizer(config, splits["train"], args.task)
+    tokenizer_json = tokenizer.to_str().encode("utf-8")
+    write_bytes(layout.tokenizer, tokenizer_json)
+    write_text(layout.tokenizer.with_name(SPECIAL_MAP_FILE), tokenizer.special_map_str())
 
     manifest: dict[str, Any] = {
         "task": args.task,
         "config": to_dict(config),
         "seq_len": config.seq_len,
         "vocab_size": tokenizer.vocab_size,
-        "special_ids": {token: i for i, token in enumerate(SPECIAL_TOKENS)},
+        "special_ids": {tokenizer.special[role]: tokenizer.id_of(role) for role in ROLES},
         "tokenizer_sha256": sha256_bytes(tokenizer_json),
         "splits": {},
     }

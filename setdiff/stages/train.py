@@ -3,7 +3,9 @@
 ``setdiff train --task arith --paradigm setdlm`` reads ``model.<task>``, ``train.<task>`` and
 ``paradigm.<paradigm>``; writes ``models/<task>/<paradigm>/`` (weights, config, tokenizer,
 ``train_log.jsonl``) and ``metrics/train/<task>/<paradigm>.json``. Diffusion paradigms start from
-``models/<task>/ar`` when ``train.<task>.init_from_ar`` is true (the paper's recipe). Training
+``models/<task>/ar`` when ``train.<task>.init_from_ar`` is true (the paper's recipe); the others
+(and ``ar``) start from ``model.<task>.pretrained`` when it names a Hugging Face Llama/Qwen3
+checkpoint, else from random weights. Training
 state is checkpointed under ``checkpoints/<task>/<paradigm>/<run id>/``; re-running after a kill
 resumes there, and a changed config starts a fresh run id. The checkpoint is removed once the
 model is exported.
@@ -28,8 +30,15 @@ from setdiff.config import ConfigError, frozen
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import make_paradigm
 from setdiff.params import load_params
-from setdiff.stages.common import Layout, model_config, paradigm_config, parse_args, setup_logging
-from setdiff.tokenizer import load_tokenizer
+from setdiff.stages.common import (
+    Layout,
+    model_config,
+    paradigm_config,
+    parse_args,
+    pretrained_source,
+    setup_logging,
+)
+from setdiff.tokenizer import Tokenizer, load_tokenizer
 from setdiff.train import TrainConfig, rank_and_world, train
 
 log = logging.getLogger(__name__)
@@ -59,13 +68,15 @@ def main(argv: list[str]) -> None:
     train_split = ArraySplit.load(layout.encoded("train"))
     valid_split = ArraySplit.load(layout.encoded("valid"))
     net_config = model_config(params, args.task, tokenizer.vocab_size, train_split.seq_len)
+    _check_vocabulary(net_config, tokenizer, args.task)
     paradigm_cfg = paradigm_config(params, args.paradigm)
     init = layout.model("ar") if args.paradigm != "ar" and recipe.init_from_ar else None
-    net = _initial_net(net_config, config.seed, init, args.task)
+    pretrained = pretrained_source(params, args.task) if init is None else None
+    net = _initial_net(net_config, config.seed, init or pretrained, args.task)
     paradigm = make_paradigm(
         args.paradigm, paradigm_cfg, mask_id=tokenizer.mask_id, attention=config.attention
     )
-    rid = run_id(net_config, paradigm_cfg, config, str(init))
+    rid = run_id(net_config, paradigm_cfg, config, str(init or pretrained))
     is_main = rank_and_world()[0] == 0
     if is_main:
         _drop_stale_checkpoints(layout, rid)
@@ -84,7 +95,7 @@ def main(argv: list[str]) -> None:
     )
     if not is_main:
         return
-    extra = {"task": args.task, "run_id": rid, "init_from": str(init) if init else None}
+    extra = {"task": args.task, "run_id": rid, "init_from": str(init or pretrained or "") or None}
     save_model_dir(
         layout.model(),
         net,
@@ -113,11 +124,22 @@ def main(argv: list[str]) -> None:
     )
 
 
-def _initial_net(net_config: ModelConfig, seed: int, init: Path | None, task: str) -> Transformer:
-    """A fresh backbone, or this task's trained AR weights when `init` is given."""
+def _initial_net(
+    net_config: ModelConfig, seed: int, init: Path | str | None, task: str
+) -> Transformer:
+    """A fresh backbone; this task's trained AR weights when `init` is that model directory; or
+    a pretrained Hugging Face checkpoint when `init` names one (``model.<task>.pretrained``)."""
+    torch.manual_seed(seed)
+    if isinstance(init, str):
+        from setdiff.hf import load_hf_backbone
+
+        net, _ = load_hf_backbone(init, max_seq_len=net_config.max_seq_len)
+        if net.config != net_config:
+            raise ConfigError(f"{init}: checkpoint config {net.config} != {net_config}")
+        log.info("initialised from pretrained %s", init)
+        return net
     if init is not None and not (init / "model.safetensors").exists():
         raise ConfigError(f"train.{task}.init_from_ar is true but {init} has no trained AR model")
-    torch.manual_seed(seed)
     net = Transformer(net_config)
     if init is not None:
         trained, _, _ = load_net(init)
@@ -126,6 +148,16 @@ def _initial_net(net_config: ModelConfig, seed: int, init: Path | None, task: st
         net.load_state_dict(trained.state_dict())
         log.info("initialised from %s", init)
     return net
+
+
+def _check_vocabulary(net_config: ModelConfig, tokenizer: Tokenizer, task: str) -> None:
+    """Every token id (specials included) needs an embedding row; refuse before any compute."""
+    if tokenizer.vocab_size > net_config.vocab_size:
+        raise ConfigError(
+            f"data/{task}/tokenizer has {tokenizer.vocab_size} ids but the model has "
+            f"{net_config.vocab_size} embedding rows (a pretrained model needs its own tokenizer: "
+            f"tokenizer.{task}.kind: pretrained)"
+        )
 
 
 def _with_local_device(config: TrainConfig) -> TrainConfig:
