@@ -4,48 +4,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-ENV = {
-    **os.environ,
-    "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-    "DVC_NO_ANALYTICS": "1",
-    "HF_HUB_OFFLINE": "1",
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@t",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@t",
-}
-
-
-def sh(*cmd: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=cwd, env=ENV, check=check, capture_output=True, text=True)
+from checkout import ENV, copy_checkout, sh
 
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh git repository holding the tracked files of this checkout."""
-    dest = tmp_path_factory.mktemp("repo")
-    files = sh("git", "ls-files", "-co", "--exclude-standard", cwd=ROOT).stdout.split()
-    for name in files:
-        if (ROOT / name).is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, dest / name)
-    for p in ("data", "models", "metrics", "checkpoints", "results", "ablations"):
-        assert not (dest / p).exists()
-    sh("git", "init", "-q", cwd=dest)
-    sh("git", "add", "-A", cwd=dest)
-    sh("git", "commit", "-qm", "copy", cwd=dest)
-    return dest
+    return copy_checkout(tmp_path_factory.mktemp("repo"))
 
 
 @pytest.mark.slow

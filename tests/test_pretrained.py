@@ -4,6 +4,7 @@ reused as [MASK], and training stages initialised from a Hugging Face Qwen3 chec
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 import tokenizers
 import torch
 import yaml
+from checkout import copy_checkout, sh
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from setdiff import data
@@ -50,9 +52,11 @@ TEST_ROWS = [
 # fixtures: a GSM8K copy, a Qwen3-style tokenizer and checkpoint
 
 
-def write_gsm8k(directory: Path, layout: str) -> Path:
+def write_gsm8k(
+    directory: Path, layout: str, train: list[dict] = TRAIN_ROWS, test: list[dict] = TEST_ROWS
+) -> Path:
     """GSM8K in the hub's parquet layout (``main/<split>-*.parquet``) or as the original jsonl."""
-    for split, rows in (("train", TRAIN_ROWS), ("test", TEST_ROWS)):
+    for split, rows in (("train", train), ("test", test)):
         if layout == "parquet":
             (directory / "main").mkdir(parents=True, exist_ok=True)
             pq.write_table(pa.Table.from_pylist(rows), directory / f"main/{split}-00000.parquet")
@@ -387,3 +391,67 @@ def test_gsm8k_asking_for_more_than_there_is_fails(fixtures: dict[str, Path]) ->
     config = data.Gsm8kConfig(source=str(fixtures["jsonl"]), n_valid=2, n_train=7)
     with pytest.raises(ValueError, match="n_train 7 > 6 available"):
         data.generate_gsm8k(config, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# the paper-gsm8k preset end to end, on stand-ins
+
+
+def stand_in_preset(fixtures: dict[str, Path], gsm8k: Path) -> dict[str, Any]:
+    """params/paper-gsm8k.yaml with its sources pointed at the tiny stand-ins and its sizes,
+    devices and budgets cut to CPU minutes; every other key (stages, sweeps, grid) as shipped."""
+    params = yaml.safe_load((Path(__file__).parents[1] / "params/paper-gsm8k.yaml").read_text())
+    params["preset"] = "paper-stand-in"
+    params["data"]["gsm8k"].update(source=str(gsm8k), n_valid=10)
+    params["tokenizer"]["gsm8k"].update(source=str(fixtures["qwen"]), seq_len=64)
+    params["model"]["gsm8k"] = {"pretrained": str(fixtures["qwen"])}
+    small = {"steps": 10, "batch_size": 8, "micro_batch_size": 4, "lr": 1e-3, "warmup_steps": 2,
+             "eval_every": 5, "eval_examples": 10, "checkpoint_every": 5, "device": "cpu",
+             "dtype": "float32", "threads": 1, "ema_decay": 0.0}  # fmt: skip
+    for recipe in ("ar", "diffusion"):
+        params["train"]["gsm8k"][recipe].update(small)
+    cpu = {"device": "cpu", "threads": 1}
+    params["evaluate"].update(n_likelihood=10, n_answers=6, batch_size=4, **cpu)
+    params["bench"]["run"].update(n_examples=4, warmup=1, **cpu)
+    params["baseline"].update(engines=["transformers"], n_examples=3, warmup=1, **cpu)
+    budget = {"n_trials": 3, "batch": 3, "n_examples": 3, "train_steps": 6, "eval_every": 3,
+              "timeout_s": 600, "workers": 1}  # fmt: skip
+    params["ablation"]["budget"].update(budget)
+    params["ablation"]["pruning"]["warmup_steps"] = 3
+    return params
+
+
+@pytest.mark.slow
+def test_paper_preset_pipeline_runs_end_to_end_on_stand_ins(
+    fixtures: dict[str, Path], tmp_path: Path
+) -> None:
+    """`dvc repro` of the paper-gsm8k preset's stage graph (pretrained tokenizer and init, gsm8k,
+    floor, bench over the tau grid, the Qwen3 HF export, ablation, report) with tiny stand-ins."""
+    rows = [
+        {
+            "question": f"Tom has {a} apples and buys {b} more. How many?",
+            "answer": f"{a}+{b}=<<{a}+{b}={a + b}>>{a + b}\n#### {a + b}",
+        }
+        for a in range(1, 9)
+        for b in range(1, 9)
+    ]
+    gsm8k = write_gsm8k(tmp_path / "gsm8k", "parquet", rows[:56], rows[56:])
+    repo = copy_checkout(tmp_path / "repo")
+    preset_file = repo / "params/paper-stand-in.yaml"
+    preset_file.write_text(yaml.safe_dump(stand_in_preset(fixtures, gsm8k), sort_keys=False))
+    sh("setdiff", "preset", "paper-stand-in", cwd=repo)
+    run = sh("dvc", "repro", cwd=repo, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "up to date" in sh("dvc", "status", cwd=repo).stdout
+    for paradigm in ("ar", "mdlm", "bd3lm", "setdlm"):
+        special = json.loads((repo / "models/gsm8k" / paradigm / SPECIAL_MAP_FILE).read_text())
+        assert special["mask_token"] == "<|fim_middle|>"
+    export = json.loads((repo / "models/gsm8k/ar-hf/config.json").read_text())
+    assert export["architectures"] == ["Qwen3ForCausalLM"]
+    with open(repo / "results/bench/gsm8k.csv") as f:
+        bench = [row for row in csv.DictReader(f) if row["paradigm"] == "setdlm"]
+    assert len({row["threshold"] for row in bench}) == 10  # the paper's tau grid
+    assert len(bench) == 10 * 4  # x the stand-in's 4 bench prompts
+    for path in ("metrics/floor/gsm8k.json", "metrics/ablation/gsm8k.json",
+                 "metrics/tradeoff/gsm8k.json", "reports/out/report.md"):  # fmt: skip
+        assert (repo / path).exists(), path
