@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_distributed import split
 from torch._dynamo.utils import counters
 
-from setdiff.batching import ArraySplit
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import make_paradigm
 from setdiff.train import TrainConfig, TrainResult, train
@@ -27,15 +27,6 @@ CONFIG = ModelConfig(
 TRAIN = TrainConfig(
     steps=4, batch_size=8, lr=3e-3, warmup_steps=2, eval_every=4, eval_examples=16, threads=1
 )
-
-
-def split() -> ArraySplit:
-    g = torch.Generator().manual_seed(0)
-    tokens = torch.randint(4, 24, (64, 16), generator=g)
-    tokens[:, 0] = 1
-    lengths = torch.full((64,), 16)
-    lengths[::3] = 12
-    return ArraySplit(tokens, torch.full((64,), 3), lengths)
 
 
 def run(config: TrainConfig, checkpoint_dir: Path | None = None) -> TrainResult:
