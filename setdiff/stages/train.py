@@ -5,10 +5,9 @@
 ``train_log.jsonl``) and ``metrics/train/<task>/<paradigm>.json``. Diffusion paradigms start from
 ``models/<task>/ar`` when ``train.<task>.init_from_ar`` is true (the paper's recipe); the others
 (and ``ar``) start from ``model.<task>.pretrained`` when it names a Hugging Face Llama/Qwen3
-checkpoint, else from random weights. Training
-state is checkpointed under ``checkpoints/<task>/<paradigm>/<run id>/``; re-running after a kill
-resumes there, and a changed config starts a fresh run id. The checkpoint is removed once the
-model is exported.
+checkpoint, else from random weights. Training state is checkpointed under
+``checkpoints/<task>/<paradigm>/<run id>/``; re-running after a kill resumes there, and a changed
+config starts a fresh run id. The checkpoint is removed once the model is exported.
 
 Multi-GPU / multi-node: ``torchrun --nproc_per_node N -m setdiff.cli train --task T --paradigm P``
 runs data-parallel (DDP) with the same global batch; rank 0 writes every output.
@@ -71,12 +70,14 @@ def main(argv: list[str]) -> None:
     _check_vocabulary(net_config, tokenizer, args.task)
     paradigm_cfg = paradigm_config(params, args.paradigm)
     init = layout.model("ar") if args.paradigm != "ar" and recipe.init_from_ar else None
-    pretrained = pretrained_source(params, args.task) if init is None else None
-    net = _initial_net(net_config, config.seed, init or pretrained, args.task)
+    # The starting weights: this task's AR model (a directory) or a pretrained checkpoint (a
+    # path or hub id string), else None (random).
+    source = init or pretrained_source(params, args.task)
+    net = _initial_net(net_config, config.seed, source, args.task)
     paradigm = make_paradigm(
         args.paradigm, paradigm_cfg, mask_id=tokenizer.mask_id, attention=config.attention
     )
-    rid = run_id(net_config, paradigm_cfg, config, str(init or pretrained))
+    rid = run_id(net_config, paradigm_cfg, config, str(source))
     is_main = rank_and_world()[0] == 0
     if is_main:
         _drop_stale_checkpoints(layout, rid)
@@ -95,7 +96,7 @@ def main(argv: list[str]) -> None:
     )
     if not is_main:
         return
-    extra = {"task": args.task, "run_id": rid, "init_from": str(init or pretrained or "") or None}
+    extra = {"task": args.task, "run_id": rid, "init_from": str(source) if source else None}
     save_model_dir(
         layout.model(),
         net,
