@@ -14,6 +14,7 @@ Shapes: B batch, T new tokens, K keys (cache + new), H heads, G kv heads, E head
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -111,6 +112,16 @@ def rope_cos_sin(
     )
 
 
+@functools.cache
+def flex_attention(fused: bool) -> Any:
+    """FlexAttention: compiled (`fused`) on CUDA, where the compiled kernel skips masked blocks;
+    eager elsewhere. Eager FlexAttention is a reference implementation that materialises every
+    score (O(T^2) memory), fine for the CPU equivalence tests, useless for speed."""
+    from torch.nn.attention.flex_attention import flex_attention as eager
+
+    return torch.compile(eager, dynamic=False) if fused else eager
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
     return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin
 
@@ -157,9 +168,8 @@ class Attention(nn.Module):
             k_BGTE, v_BGTE = cache.stage(self.layer, k_BGTE, v_BGTE)
         gqa = self.n_kv_head != self.n_head
         if mask is not None and not isinstance(mask, torch.Tensor):  # a FlexAttention BlockMask
-            from torch.nn.attention.flex_attention import flex_attention
-
-            y = flex_attention(q_BHTE, k_BGTE, v_BGTE, block_mask=mask, enable_gqa=gqa)
+            attend = flex_attention(fused=q_BHTE.is_cuda)
+            y = attend(q_BHTE, k_BGTE, v_BGTE, block_mask=mask, enable_gqa=gqa)
         else:
             y = F.scaled_dot_product_attention(
                 q_BHTE, k_BGTE, v_BGTE, attn_mask=mask, enable_gqa=gqa

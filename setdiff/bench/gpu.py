@@ -5,8 +5,9 @@
 Runs in a few minutes on one GPU (and, for checking the script itself, on CPU with
 ``--device cpu``). Writes one JSON file with:
 - ``train``: per paradigm (and per attention kind: SDPA dense masks, and FlexAttention block
-  masks on CUDA), a few optimizer steps under bf16 autocast (``--dtype``): loss finite and
-  decreasing over the steps, step time;
+  masks on CUDA; setdlm also through torch.compile), a few optimizer steps under bf16 autocast
+  (``--dtype``) on the same batches: loss finite and decreasing, the largest loss difference to
+  the eager SDPA run, first and median step time;
 - ``cache``: per paradigm, tokens of ``use_cache=True`` vs ``use_cache=False`` decoding on the
   device (float32) and the max logit difference;
 - ``decode``: batch-1 decode of ``--new-tokens`` tokens for ar / bd3lm / setdlm (threshold off
@@ -59,6 +60,9 @@ def model_config(size: str, vocab: int, length: int) -> ModelConfig:
 def check_training(
     config: ModelConfig, device: torch.device, dtype: str, steps: int, batch: int
 ) -> dict[str, Any]:
+    """Training steps per paradigm with dense SDPA masks; on CUDA also with FlexAttention block
+    masks (``<paradigm>/flex``); and setdlm through torch.compile (``setdlm/compile``, on CUDA
+    also with flex). Every variant sees the same batches, so losses compare across variants."""
     g = torch.Generator().manual_seed(0)
     length = min(config.max_seq_len, 128)
     tokens = torch.randint(4, config.vocab_size, (256, length), generator=g)
@@ -66,25 +70,39 @@ def check_training(
     for i in range(8, length):  # learnable: copy of the token 8 positions back
         tokens[:, i] = tokens[:, i - 8]
     split = ArraySplit(tokens, torch.full((256,), 8), torch.full((256,), length))
-    return {
-        name: _train_steps(config, name, split, device, dtype, steps, batch, g)
-        for name in PARADIGMS
+    variants = {name: (name, "sdpa", False) for name in PARADIGMS}
+    variants["setdlm/compile"] = ("setdlm", "sdpa", True)
+    if device.type == "cuda":  # FlexAttention has no backward on CPU
+        variants.update({f"{name}/flex": (name, "flex", False) for name in PARADIGMS})
+        variants["setdlm/flex+compile"] = ("setdlm", "flex", True)
+    report = {
+        key: _train_steps(config, split, device, dtype, steps, batch, *variant)
+        for key, variant in variants.items()
     }
+    for key, result in report.items():
+        base = report[key.split("/")[0]]["losses"]
+        result["max_loss_diff_vs_sdpa_eager"] = max(
+            abs(a - b) for a, b in zip(result["losses"], base, strict=True)
+        )
+    return report
 
 
 def _train_steps(
     config: ModelConfig,
-    name: str,
     split: ArraySplit,
     device: torch.device,
     dtype: str,
     steps: int,
     batch: int,
-    g: torch.Generator,
+    name: str,
+    attention: str,
+    compiled: bool,
 ) -> dict[str, Any]:
     torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
     net = Transformer(config).to(device).train()
-    paradigm = make_paradigm(name, mask_id=MASK_ID)
+    model = torch.compile(net) if compiled else net
+    paradigm = make_paradigm(name, mask_id=MASK_ID, attention=attention)  # type: ignore[arg-type]
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
     autocast = torch.autocast(device.type, dtype=getattr(torch, dtype), enabled=dtype != "float32")
     losses, times = [], []
@@ -93,7 +111,7 @@ def _train_steps(
 
         def step(b: Any = b) -> float:
             with autocast:
-                loss = paradigm.loss(net, b, g).loss
+                loss = paradigm.loss(model, b, g).loss
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -106,7 +124,8 @@ def _train_steps(
         "losses": losses,
         "finite": all(math.isfinite(v) for v in losses),
         "decreased": losses[-1] < losses[0],
-        "step_seconds": statistics.median(times),
+        "first_step_seconds": times[0],
+        "step_seconds": statistics.median(times[1:] or times),
     }
 
 
