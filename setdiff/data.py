@@ -136,8 +136,10 @@ class Gsm8kConfig:
     """Training problems kept (the first after the draw); None keeps all the rest."""
     n_test: int | None = None
     """Test problems kept (file order); None keeps all 1319."""
-    template: str = "Question: {question}\nAnswer: "
-    """The prompt; ``{question}`` is replaced by the problem text."""
+    template: str = "Question: {question}\nAnswer:\n"
+    """The prompt; ``{question}`` is replaced by the problem text. It ends in a newline, not a
+    space: prompt and target are tokenized apart, and a trailing space would become a lone space
+    token, which a pretrained byte-level BPE model has rarely seen before a word."""
 
     def __post_init__(self) -> None:
         check(bool(self.source), "source must name a directory or a hub dataset id")

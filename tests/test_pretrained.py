@@ -136,7 +136,7 @@ def test_gsm8k_reads_both_layouts_into_clean_records(
     assert {k: len(v) for k, v in splits.items()} == {"train": 6, "valid": 2, "test": 2}
     assert [r["question"] for r in splits["test"]] == [r["question"] for r in TEST_ROWS]
     record = next(r for r in splits["train"] + splits["valid"] if "1200" in r["question"])
-    assert record["prompt"] == f"Question: {record['question']}\nAnswer: "
+    assert record["prompt"] == f"Question: {record['question']}\nAnswer:\n"
     assert record["target"] == "He has 1200 + 30 = 1230 apples.\n#### 1,230"
     assert "<<" not in "".join(r["target"] for r in splits["train"])
     assert record["answer"] == "1,230"
