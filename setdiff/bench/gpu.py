@@ -115,7 +115,7 @@ def _train_steps(
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            return float(loss)
+            return float(loss.detach())
 
         loss, seconds = timed(step, device)
         losses.append(loss)
