@@ -37,6 +37,7 @@ from setdiff.tokenizer import (
     SPECIAL_MAP_FILE,
     Tokenizer,
     TokenizerConfig,
+    declared_roles,
     load_hf_tokenizer,
     load_tokenizer,
 )
@@ -367,16 +368,9 @@ def load_pretrained_tokenizer(config: TokenizerConfig) -> Tokenizer:
 
 
 def _declared_special(directory: Path, name: str) -> dict[str, str]:
-    """The roles a Hugging Face tokenizer file declares (tokens or {"content": ...} records)."""
+    """The roles the tokenizer file `name` in `directory` declares ({} when it is absent)."""
     path = directory / name
-    raw = json.loads(path.read_text()) if path.exists() else {}
-    found = {}
-    for role in ROLES:
-        value = raw.get(role)
-        token = value.get("content") if isinstance(value, dict) else value
-        if isinstance(token, str) and token:
-            found[role] = token
-    return found
+    return declared_roles(json.loads(path.read_text())) if path.exists() else {}
 
 
 # ---------------------------------------------------------------------------------------------

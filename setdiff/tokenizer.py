@@ -272,21 +272,32 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
 def read_special_map(tokenizer_path: str | Path) -> dict[str, str] | None:
     """The roles in the ``special_tokens_map.json`` beside `tokenizer_path`; None if absent.
 
-    Values may be tokens or Hugging Face ``{"content": token, ...}`` records; roles other than
-    `ROLES` (``unk_token``, ``additional_special_tokens``, ...) are ignored.
+    Raises:
+        ValueError: if the file lacks one of `ROLES`.
     """
     path = Path(tokenizer_path).with_name(SPECIAL_MAP_FILE)
     if not path.exists():
         return None
-    raw = json.loads(path.read_text())
-    special = {}
-    for role in ROLES:
-        value = raw.get(role)
-        special[role] = value.get("content") if isinstance(value, dict) else value
-    missing = [role for role, token in special.items() if not isinstance(token, str)]
+    special = declared_roles(json.loads(path.read_text()))
+    missing = [role for role in ROLES if role not in special]
     if missing:
         raise ValueError(f"{path}: no token for role(s) {missing}")
     return special
+
+
+def declared_roles(raw: Mapping[str, Any]) -> dict[str, str]:
+    """The `ROLES` a Hugging Face tokenizer file (special map or tokenizer config) declares.
+
+    Values may be tokens or ``{"content": token, ...}`` records; empty or null ones are left
+    out, and so are other keys (``unk_token``, ``additional_special_tokens``, ...).
+    """
+    found = {}
+    for role in ROLES:
+        value = raw.get(role)
+        token = value.get("content") if isinstance(value, dict) else value
+        if isinstance(token, str) and token:
+            found[role] = token
+    return found
 
 
 def load_hf_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
