@@ -152,6 +152,11 @@ def train(
         torch.set_num_threads(config.threads)
     rank, world = rank_and_world()
     check(config.batch_size % world == 0, f"batch_size {config.batch_size} % {world} ranks != 0")
+    share = config.batch_size // world
+    check(
+        share % (config.micro_batch_size or share) == 0,
+        f"micro_batch_size {config.micro_batch_size} must divide the per-rank share {share}",
+    )
     device = torch.device(config.device)
     sharded = world > 1 and config.parallel == "fsdp"
     if sharded:
@@ -240,8 +245,7 @@ def _step(
     batch = split.sample(config.batch_size, generator)
     noise = paradigm.sample_noise(batch, generator)
     share = config.batch_size // world
-    micro = config.micro_batch_size or share
-    check(share % micro == 0, f"micro_batch_size {micro} must divide the per-rank share {share}")
+    micro = config.micro_batch_size or share  # divides share: checked by `train`
     total = torch.zeros((), device=device)
     n_counted = torch.zeros((), device=device, dtype=torch.long)
     starts = range(rank * share, (rank + 1) * share, micro)

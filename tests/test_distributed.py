@@ -212,3 +212,12 @@ def test_micro_batches_follow_the_same_trajectory(tmp_path: Path) -> None:
 def test_micro_batch_size_must_divide_the_batch() -> None:
     with pytest.raises(ValueError, match="must divide batch_size"):
         dataclasses.replace(TRAIN, micro_batch_size=3)
+
+
+def test_micro_batches_must_divide_each_ranks_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    """batch 8 over 2 ranks = 4 each: micro-batches of 8 fit the config but not a rank; refused
+    before any model work."""
+    monkeypatch.setattr("setdiff.train.rank_and_world", lambda: (0, 2))
+    config = dataclasses.replace(TRAIN, micro_batch_size=8)
+    with pytest.raises(ValueError, match="per-rank share 4"):
+        train(object(), object(), split(), split(), config)  # type: ignore[arg-type]
