@@ -32,6 +32,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+from setdiff import hub
 from setdiff.config import ConfigError, check, frozen
 
 logger = logging.getLogger(__name__)
@@ -363,13 +364,7 @@ def read_gsm8k(source: str) -> dict[str, list[Record]]:
         FileNotFoundError: naming the directory and the layouts looked for.
         ValueError: if rows lack ``question`` or ``answer``.
     """
-    directory = Path(source)
-    if not directory.is_dir():
-        from huggingface_hub import snapshot_download
-
-        logger.info("fetching dataset %s from the Hugging Face hub", source)
-        path = snapshot_download(source, repo_type="dataset", allow_patterns=list(GSM8K_FILES))
-        directory = Path(path)
+    directory = hub.resolve(source, patterns=GSM8K_FILES, repo_type="dataset")
     return {split: _read_gsm8k_split(directory, split) for split in ("train", "test")}
 
 

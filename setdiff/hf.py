@@ -21,7 +21,6 @@ import argparse
 import dataclasses
 import json
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ import tokenizers
 import torch
 from safetensors.torch import load_file, save_file
 
+from setdiff import hub
 from setdiff.artifacts import TOKENIZER_FILE, WEIGHTS_FILE, assign_weights, atomic_dir, load_net
 from setdiff.model import ModelConfig, Transformer, rope_inv_freq
 from setdiff.tokenizer import (
@@ -54,7 +54,6 @@ DEFAULT_HEAD_DIM: dict[str, int] = {"qwen3": 128}
 """HF's class default for ``head_dim`` when a config omits it (others: hidden / heads)."""
 
 INDEX_FILE = "model.safetensors.index.json"
-HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 MODEL_FILES: tuple[str, ...] = ("*.json", "*.safetensors")
 """What a backbone needs from a hub repository (configs, tokenizer, weights)."""
 TOKENIZER_FILES: tuple[str, ...] = ("tokenizer.json", "tokenizer_config.json", SPECIAL_MAP_FILE)
@@ -198,7 +197,7 @@ def load_hf_backbone(
         ValueError: on an unsupported architecture or feature (the message names the field),
             missing or unexpected tensors, or a missing weights file.
     """
-    directory = resolve_pretrained(path)
+    directory = hub.resolve(path, patterns=MODEL_FILES, needs="config.json")
     raw = json.loads((directory / "config.json").read_text())
     config = model_config_from_hf(raw)
     if max_seq_len is not None:
@@ -284,29 +283,6 @@ def _rope_theta(raw: Mapping[str, Any]) -> float:
     return float(theta)
 
 
-def resolve_pretrained(
-    source: str | Path, *, needs: str = "config.json", patterns: Sequence[str] = MODEL_FILES
-) -> Path:
-    """A local directory holding `needs`, or a hub id (``owner/name``) fetched into the HF cache.
-
-    Only files matching `patterns` are fetched (``HF_HUB_OFFLINE=1`` makes this a cache lookup).
-
-    Raises:
-        FileNotFoundError: naming `source` when it is neither.
-    """
-    directory = Path(source)
-    if directory.is_dir():
-        if not (directory / needs).exists():
-            raise FileNotFoundError(f"{directory}: no {needs} (not a Hugging Face directory)")
-        return directory
-    if isinstance(source, str) and HUB_ID.match(source) and not directory.exists():
-        from huggingface_hub import snapshot_download
-
-        logger.info("fetching %s from the Hugging Face hub", source)
-        return Path(snapshot_download(source, allow_patterns=list(patterns)))
-    raise FileNotFoundError(f"{source}: not a local directory (nor a hub id owner/name)")
-
-
 def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
     index = directory / INDEX_FILE
     if index.exists():
@@ -336,7 +312,8 @@ def pretrained_config(source: str | Path, seq_len: int) -> ModelConfig:
     Only ``config.json`` is read. ``max_seq_len`` becomes `seq_len` (our row length; RoPE
     positions are computed, so nothing is sized by the checkpoint's context length).
     """
-    raw = json.loads((resolve_pretrained(source) / "config.json").read_text())
+    directory = hub.resolve(source, patterns=MODEL_FILES, needs="config.json")
+    raw = json.loads((directory / "config.json").read_text())
     return dataclasses.replace(model_config_from_hf(raw), max_seq_len=seq_len)
 
 
@@ -350,7 +327,7 @@ def load_pretrained_tokenizer(config: TokenizerConfig) -> Tokenizer:
     Raises:
         ValueError: naming a role left without a token (no EOS anywhere, no mask candidate).
     """
-    directory = resolve_pretrained(config.source, needs="tokenizer.json", patterns=TOKENIZER_FILES)
+    directory = hub.resolve(config.source, patterns=TOKENIZER_FILES, needs="tokenizer.json")
     backend = tokenizers.Tokenizer.from_file(str(directory / "tokenizer.json"))
     special = {
         **_declared_special(directory, SPECIAL_MAP_FILE),

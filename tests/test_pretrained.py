@@ -178,6 +178,8 @@ def test_gsm8k_hub_ids_fetch_the_dataset_snapshot(
 
 
 def test_gsm8k_bad_sources_are_named(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="not a local directory"):
+        data.read_gsm8k(str(tmp_path / "typo"))  # neither a directory nor owner/name
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no GSM8K train split"):
         data.read_gsm8k(str(tmp_path / "empty"))
