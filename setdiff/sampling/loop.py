@@ -9,8 +9,11 @@ cache to that. NFE counts real forward calls.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import operator
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -74,11 +77,19 @@ def generate(
         **policy_options: the paradigm's decode options, e.g. ``window``, ``threshold``,
             ``temperature``, ``top_p`` (see `setdiff.sampling.policies`).
     Raises:
-        ValueError: on any bad argument, before any compute.
+        ValueError: on any bad argument, before any compute: e.g. text where token ids are
+            expected, a token id outside [0, vocab_size), a lone str or int where a list is
+            expected, a non-integer `max_new_tokens` or `seed`.
     """
     net, paradigm = _unpack(model, paradigm)
-    prompt = _as_list(prompt_ids, "prompt_ids")
-    suffix = _as_list(suffix_ids, "suffix_ids") if suffix_ids is not None else []
+    vocab_size = net.config.vocab_size
+    prompt = _as_ids(prompt_ids, "prompt_ids", vocab_size)
+    suffix = _as_ids(suffix_ids, "suffix_ids", vocab_size) if suffix_ids is not None else []
+    max_new_tokens, seed = _as_int(max_new_tokens, "max_new_tokens"), _as_int(seed, "seed")
+    stops = [_as_int(i, "stop_ids") for i in _as_sequence(stop_ids, "stop_ids", "token ids")]
+    strings = _as_sequence(stop_strings, "stop_strings", "strings")
+    if not all(isinstance(s, str) for s in strings):
+        raise ValueError(f"stop_strings must hold strings, got {list(strings)!r}")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     total = len(prompt) + max_new_tokens + len(suffix)
@@ -93,7 +104,7 @@ def generate(
         raise ValueError(f"suffix_ids (infilling) is not supported by {paradigm.config.name}")
     policy = paradigm.decode_policy(policy_options)
     tokenizer = model.tokenizer if isinstance(model, LoadedModel) else None
-    if stop_strings and tokenizer is None:
+    if strings and tokenizer is None:
         raise ValueError("stop_strings needs a LoadedModel with a tokenizer")
     need = policy.max_forward(len(prompt) + len(suffix), max_new_tokens)
     if cache_size is not None and cache_size < need:
@@ -106,7 +117,7 @@ def generate(
     use_cache = use_cache and policy.uses_cache
     cache = KVCache.for_model(net, cache_size or 2 * total) if use_cache else None
     with torch.inference_mode():
-        stopper = Stopper(set(stop_ids), tuple(stop_strings), tokenizer)
+        stopper = Stopper(set(stops), tuple(strings), tokenizer)
         return _run(net, policy, state, cache, ctx, stopper, trace_logits)
 
 
@@ -205,9 +216,39 @@ def _unpack(model: Any, paradigm: Any | None) -> tuple[Any, Any]:
     return net, paradigm
 
 
-def _as_list(ids: list[int] | torch.Tensor, name: str) -> list[int]:
+def _as_ids(ids: Any, name: str, vocab_size: int) -> list[int]:
+    """`ids` as a list of token ids in [0, vocab_size); a `ValueError` naming `name` otherwise."""
+    if isinstance(ids, str | bytes):
+        raise ValueError(
+            f"{name} must be token ids, got the text {ids!r}: encode it first, e.g. "
+            f"[tok.bos_id] + tok.encode(text) with tok = model.tokenizer"
+        )
     if isinstance(ids, torch.Tensor):
         if ids.dim() != 1:
             raise ValueError(f"{name} must be 1-D (batch size 1), got shape {tuple(ids.shape)}")
+        if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+            raise ValueError(f"{name} must hold integer token ids, got a {ids.dtype} tensor")
         ids = ids.tolist()
-    return [int(i) for i in ids]
+    out = [_as_int(i, name) for i in _as_sequence(ids, name, "token ids")]
+    outside = [i for i in out if not 0 <= i < vocab_size]
+    if outside:
+        raise ValueError(
+            f"{name}: token id {outside[0]} is outside [0, {vocab_size}), the model's vocabulary"
+        )
+    return out
+
+
+def _as_sequence(value: Any, name: str, what: str) -> list[Any]:
+    """A list, tuple, range or array of `what` as a list; a lone str or number is refused (a
+    str would be split into characters)."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ValueError(f"{name} must be a list of {what}, got {value!r}")
+    return list(value)
+
+
+def _as_int(value: Any, name: str) -> int:
+    """An integer (Python, NumPy or 0-d tensor); bools, floats and strings are refused."""
+    if not isinstance(value, bool):
+        with contextlib.suppress(TypeError):
+            return operator.index(value)
+    raise ValueError(f"{name} must be an integer, got {value!r}")
