@@ -98,7 +98,12 @@ def export_hf(model_dir: Path, out_dir: Path) -> Path:
 
 
 def hf_config(config: ModelConfig, tokenizer: Tokenizer) -> dict[str, Any]:
-    """The HF ``config.json`` of a backbone: Llama, or Qwen3 when it has q/k norms."""
+    """The HF ``config.json`` of a backbone: Llama, or Qwen3 when it has q/k norms.
+
+    Raises:
+        ValueError: naming the backbone option no served HF architecture here reproduces.
+    """
+    _check_exportable(config)
     model_type = "qwen3" if config.qk_norm else "llama"
     architecture = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}[model_type]
     record: dict[str, Any] = {
@@ -122,16 +127,31 @@ def hf_config(config: ModelConfig, tokenizer: Tokenizer) -> dict[str, Any]:
         "eos_token_id": tokenizer.eos_id,
         "pad_token_id": tokenizer.pad_id,
         "torch_dtype": "float32",
-        "attention_bias": False,
+        "attention_bias": config.attention_bias,
         "attention_dropout": 0.0,
         "initializer_range": 0.02,
         "use_cache": True,
     }
     if model_type == "llama":
-        record["mlp_bias"] = False
+        record["mlp_bias"] = config.mlp_bias
     else:
         record.update(use_sliding_window=False, sliding_window=None)
     return record
+
+
+def _check_exportable(config: ModelConfig) -> None:
+    blocked = {
+        "norm": config.norm != "rms",
+        "mlp": config.mlp != "swiglu",
+        "learned_positions": config.learned_positions,
+        "mlp_bias": config.mlp_bias and config.qk_norm,  # Qwen3 has no MLP biases
+    }
+    for field, is_set in blocked.items():
+        if is_set:
+            raise ValueError(
+                f"model.{field} = {getattr(config, field)!r} has no Llama/Qwen3 counterpart; "
+                "this backbone cannot be exported to Hugging Face"
+            )
 
 
 def _generation_config(tokenizer: Tokenizer, mask_id: int) -> dict[str, Any]:
@@ -247,6 +267,8 @@ def model_config_from_hf(raw: Mapping[str, Any]) -> ModelConfig:
         tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
         head_dim_override=None if head_dim * n_head == d_model else int(head_dim),
         qk_norm=SUPPORTED_MODEL_TYPES[model_type],
+        attention_bias=bool(raw.get("attention_bias", False)),
+        mlp_bias=bool(raw.get("mlp_bias", False)),
     )
 
 
@@ -254,8 +276,7 @@ def _check_features(raw: Mapping[str, Any]) -> None:
     """Raise a ValueError naming the first field that asks for something we do not implement."""
     unsupported = {
         "hidden_act": raw.get("hidden_act", "silu") != "silu",
-        "attention_bias": bool(raw.get("attention_bias")),
-        "mlp_bias": bool(raw.get("mlp_bias")),
+        "mlp_bias": bool(raw.get("mlp_bias")) and raw.get("model_type") != "llama",
         "rope_scaling": raw.get("rope_scaling") not in (None, {"rope_type": "default"}),
         "rope_parameters.rope_type": (raw.get("rope_parameters") or {}).get("rope_type", "default")
         != "default",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -57,6 +57,16 @@ class ModelConfig:
     """Per-head size when it is not d_model / n_head (Qwen3: 128 with d_model 1024, 16 heads)."""
     qk_norm: bool = False
     """RMSNorm every query and key head before RoPE (Qwen3's ``q_norm`` / ``k_norm``)."""
+    attention_bias: bool = False
+    """Biases on the q/k/v/o projections (HF Llama's ``attention_bias``)."""
+    mlp_bias: bool = False
+    """Biases on the MLP projections (HF Llama's ``mlp_bias``)."""
+    norm: Literal["rms", "layer"] = "rms"
+    """RMSNorm (Llama) or LayerNorm with a bias (GPT-2 / GPT-NeoX)."""
+    mlp: Literal["swiglu", "gelu"] = "swiglu"
+    """Gated SiLU MLP (Llama) or a plain GELU MLP (GPT-2 / GPT-NeoX)."""
+    learned_positions: bool = False
+    """Add a learned absolute-position embedding to the token embedding (on top of RoPE)."""
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_layer", "n_head", "n_kv_head", "d_model", "d_ff"):
@@ -67,6 +77,8 @@ class ModelConfig:
         else:
             check(self.head_dim_override >= 1, "head_dim_override must be >= 1")
         check(self.head_dim % 2 == 0, f"head dim must be even for RoPE, got {self.head_dim}")
+        check(self.norm in ("rms", "layer"), f"norm must be rms|layer, got {self.norm!r}")
+        check(self.mlp in ("swiglu", "gelu"), f"mlp must be swiglu|gelu, got {self.mlp!r}")
 
     @property
     def head_dim(self) -> int:
@@ -85,6 +97,12 @@ class RMSNorm(nn.Module):
         # Normalise in float32 as HF Llama does; one fused op keeps small decode steps cheap.
         y = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
         return self.weight * y.to(x.dtype)
+
+
+def make_norm(config: ModelConfig, dim: int) -> nn.Module:
+    if config.norm == "layer":
+        return nn.LayerNorm(dim, eps=config.norm_eps)
+    return RMSNorm(dim, config.norm_eps)
 
 
 def rope_inv_freq(head_dim: int, theta: float) -> torch.Tensor:
@@ -136,10 +154,11 @@ class Attention(nn.Module):
             config.head_dim,
         )
         q_dim, kv_dim = config.n_head * config.head_dim, config.n_kv_head * config.head_dim
-        self.q_proj = nn.Linear(config.d_model, q_dim, bias=False)
-        self.k_proj = nn.Linear(config.d_model, kv_dim, bias=False)
-        self.v_proj = nn.Linear(config.d_model, kv_dim, bias=False)
-        self.o_proj = nn.Linear(q_dim, config.d_model, bias=False)
+        bias = config.attention_bias
+        self.q_proj = nn.Linear(config.d_model, q_dim, bias=bias)
+        self.k_proj = nn.Linear(config.d_model, kv_dim, bias=bias)
+        self.v_proj = nn.Linear(config.d_model, kv_dim, bias=bias)
+        self.o_proj = nn.Linear(q_dim, config.d_model, bias=bias)
         # Qwen3: per-head RMSNorm of queries and keys, before RoPE.
         self.q_norm = RMSNorm(config.head_dim, config.norm_eps) if config.qk_norm else None
         self.k_norm = RMSNorm(config.head_dim, config.norm_eps) if config.qk_norm else None
@@ -153,13 +172,12 @@ class Attention(nn.Module):
         cache: KVCache | None,
     ) -> torch.Tensor:
         B, T, _ = x.shape
-        # F.linear on the weights skips nn.Module dispatch, which matters for tiny decode steps.
-        q_BTHE = F.linear(x, self.q_proj.weight).view(B, T, self.n_head, self.head_dim)
-        k_BTGE = F.linear(x, self.k_proj.weight).view(B, T, self.n_kv_head, self.head_dim)
+        q_BTHE = _linear(x, self.q_proj).view(B, T, self.n_head, self.head_dim)
+        k_BTGE = _linear(x, self.k_proj).view(B, T, self.n_kv_head, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q_BTHE, k_BTGE = self.q_norm(q_BTHE), self.k_norm(k_BTGE)
         q_BHTE, k_BGTE = q_BTHE.transpose(1, 2), k_BTGE.transpose(1, 2)
-        v_BTGE = F.linear(x, self.v_proj.weight).view(B, T, self.n_kv_head, self.head_dim)
+        v_BTGE = _linear(x, self.v_proj).view(B, T, self.n_kv_head, self.head_dim)
         v_BGTE = v_BTGE.transpose(1, 2)
         q_BHTE, k_BGTE = apply_rope(q_BHTE, cos, sin), apply_rope(k_BGTE, cos, sin)
         if cache is not None:
@@ -174,27 +192,38 @@ class Attention(nn.Module):
             y = F.scaled_dot_product_attention(
                 q_BHTE, k_BGTE, v_BGTE, attn_mask=mask, enable_gqa=gqa
             )
-        return F.linear(y.transpose(1, 2).reshape(B, T, -1), self.o_proj.weight)
+        return _linear(y.transpose(1, 2).reshape(B, T, -1), self.o_proj)
+
+
+def _linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
+    # F.linear on the weights skips nn.Module dispatch, which matters for tiny decode steps.
+    return F.linear(x, layer.weight, layer.bias)
 
 
 class MLP(nn.Module):
+    """SwiGLU (``gate_proj``, ``up_proj``, ``down_proj``) or GELU (``up_proj``, ``down_proj``)."""
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(config.d_model, config.d_ff, bias=False)
-        self.up_proj = nn.Linear(config.d_model, config.d_ff, bias=False)
-        self.down_proj = nn.Linear(config.d_ff, config.d_model, bias=False)
+        bias = config.mlp_bias
+        self.gated = config.mlp == "swiglu"
+        if self.gated:
+            self.gate_proj = nn.Linear(config.d_model, config.d_ff, bias=bias)
+        self.up_proj = nn.Linear(config.d_model, config.d_ff, bias=bias)
+        self.down_proj = nn.Linear(config.d_ff, config.d_model, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = F.linear(x, self.gate_proj.weight), F.linear(x, self.up_proj.weight)
-        return F.linear(F.silu(gate) * up, self.down_proj.weight)
+        up = _linear(x, self.up_proj)
+        hidden = F.silu(_linear(x, self.gate_proj)) * up if self.gated else F.gelu(up)
+        return _linear(hidden, self.down_proj)
 
 
 class Block(nn.Module):
     def __init__(self, config: ModelConfig, layer: int) -> None:
         super().__init__()
-        self.input_layernorm = RMSNorm(config.d_model, config.norm_eps)
+        self.input_layernorm = make_norm(config, config.d_model)
         self.self_attn = Attention(config, layer)
-        self.post_attention_layernorm = RMSNorm(config.d_model, config.norm_eps)
+        self.post_attention_layernorm = make_norm(config, config.d_model)
         self.mlp = MLP(config)
 
     def forward(
@@ -215,8 +244,10 @@ class Decoder(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
+        if config.learned_positions:
+            self.embed_positions = nn.Embedding(config.max_seq_len, config.d_model)
         self.layers = nn.ModuleList(Block(config, i) for i in range(config.n_layer))
-        self.norm = RMSNorm(config.d_model, config.norm_eps)
+        self.norm = make_norm(config, config.d_model)
 
 
 class Transformer(nn.Module):
@@ -243,6 +274,8 @@ class Transformer(nn.Module):
     def _init_weights(module: nn.Module) -> None:
         if isinstance(module, nn.Linear | nn.Embedding):
             nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
 
     def forward(
         self,
@@ -268,6 +301,8 @@ class Transformer(nn.Module):
         if positions.dim() == 1:
             positions = positions.expand(tokens.shape[0], -1)
         x = self.model.embed_tokens(tokens)
+        if self.config.learned_positions:
+            x = x + self.model.embed_positions(positions)
         cos, sin = rope_cos_sin(positions, self.inv_freq, x.dtype)
         if isinstance(mask, torch.Tensor) and mask.dim() == 2:
             mask = mask[None, None]

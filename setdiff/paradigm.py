@@ -68,6 +68,12 @@ class Batch:
     def is_target(self) -> torch.Tensor:
         return self.valid & ~self.is_context  # (B, L)
 
+    def with_padding_as_target(self) -> Batch:
+        """The same rows with their padding counted as target tokens (LLaDA's EOS padding): a
+        model trained on it learns where the answer ends and fills the rest with padding."""
+        full = torch.full_like(self.length, self.tokens.shape[1])
+        return Batch(self.tokens, self.context_len, full)
+
     def select(self, index: torch.Tensor) -> Batch:
         return Batch(self.tokens[index], self.context_len[index], self.length[index])
 
@@ -145,6 +151,8 @@ class ARConfig:
     """Autoregression: next-token cross-entropy under a causal mask."""
 
     name: ClassVar[str] = "ar"
+    context_loss: bool = False
+    """Also train on predicting the context (prompt) tokens; reported NLL stays on targets."""
 
 
 @frozen
@@ -154,6 +162,9 @@ class MDLMConfig:
     name: ClassVar[str] = "mdlm"
     eps: float = 1e-3
     """Noise floor: a token is masked with probability (1 - eps) t."""
+    pad_targets: bool = False
+    """Train on the padding after EOS as targets (LLaDA), so the decoder learns the answer's
+    length from a fixed canvas; False = padding is hidden and never predicted."""
 
     def __post_init__(self) -> None:
         check(0 <= self.eps < 1, f"eps must be in [0, 1), got {self.eps}")
@@ -213,6 +224,8 @@ class AOGPTConfig:
     name: ClassVar[str] = "aogpt"
     ltr_share: float = 0.0
     """Share of training sequences given the left-to-right order instead of a random one."""
+    pad_targets: bool = False
+    """Train on the padding after EOS as targets (see `MDLMConfig.pad_targets`)."""
 
     def __post_init__(self) -> None:
         check(0 <= self.ltr_share <= 1, f"ltr_share must be in [0, 1], got {self.ltr_share}")
@@ -272,7 +285,13 @@ class AR(_Paradigm):
         logits = model(tokens[:, :-1], batch.positions[:-1], mask)
         targets = batch.is_target[:, 1:]
         nll = F.cross_entropy(logits.float().transpose(1, 2), tokens[:, 1:], reduction="none")
-        return _reduce(nll, targets.float(), targets.sum(-1))
+        out = _reduce(nll, targets.float(), targets.sum(-1))
+        if not self.config.context_loss:
+            return out
+        # The objective covers every real token after BOS; the reported NLL stays on targets.
+        trained = batch.valid[:, 1:].float()
+        full = _reduce(nll, trained, trained.sum(-1))
+        return dataclasses.replace(full, nll_sum=out.nll_sum, n_tokens=out.n_tokens)
 
     def decode_policy(self, options: dict[str, Any]) -> DecodePolicy:
         from setdiff.sampling.policies import ARPolicy
@@ -290,6 +309,9 @@ class MDLM(_Paradigm):
         return {"t": t, "u": torch.rand(B, L, generator=generator)}
 
     def loss_with_noise(self, model: Transformer, batch: Batch, noise: Noise) -> LossOutput:
+        n_tokens = batch.is_target.sum(-1)  # reported per real target token either way
+        if self.config.pad_targets:
+            batch = batch.with_padding_as_target()
         tokens, targets = batch.tokens, batch.is_target
         L = tokens.shape[1]
         t = noise["t"].to(tokens.device)
@@ -299,7 +321,7 @@ class MDLM(_Paradigm):
         mask = self._mask("full", make_full_mask_mod(), L, batch, batch.valid)
         logits = model(xt, batch.positions, mask)
         nll = _masked_nll(logits, tokens, self.mask_id)
-        return _reduce_masked(nll, masked, t[:, None], targets.sum(-1))
+        return _reduce_masked(nll, masked, t[:, None], n_tokens)
 
     def decode_policy(self, options: dict[str, Any]) -> DecodePolicy:
         from setdiff.sampling.policies import MDLMPolicy
@@ -349,7 +371,12 @@ class SetLoss(_Paradigm):
     def sample_times(self, batch: Batch, generator: torch.Generator | None) -> torch.Tensor:
         raise NotImplementedError
 
+    def training_view(self, batch: Batch) -> Batch:
+        """The rows as the loss sees them (AO-GPT may count padding as targets)."""
+        return batch
+
     def sample_order(self, batch: Batch, generator: torch.Generator | None = None) -> torch.Tensor:
+        batch = self.training_view(batch)
         times = self.sample_times(batch, generator).to(batch.tokens.device)
         return order_from_times(times, batch.is_context, batch.valid)
 
@@ -360,6 +387,8 @@ class SetLoss(_Paradigm):
         return self.loss_for_order(model, batch, noise["perm"].to(batch.tokens.device))
 
     def loss_for_order(self, model: Transformer, batch: Batch, perm: torch.Tensor) -> LossOutput:
+        n_tokens = batch.is_target.sum(-1)  # reported per real target token
+        batch = self.training_view(batch)
         tokens = batch.tokens
         L = tokens.shape[1]
         x0 = tokens.gather(1, perm)
@@ -368,7 +397,8 @@ class SetLoss(_Paradigm):
         mask = self._mask("set_causal", make_set_causal_mask_mod(L), 2 * L, batch)
         logits = model(torch.cat((x0, xm), 1), torch.cat((perm, perm), 1), mask)[:, L:]
         nll = _masked_nll(logits, x0, self.mask_id)
-        return _reduce(nll, targets.float(), targets.sum(-1))
+        out = _reduce(nll, targets.float(), targets.sum(-1))
+        return dataclasses.replace(out, n_tokens=n_tokens)
 
 
 class SetDLM(SetLoss):
@@ -383,6 +413,9 @@ class SetDLM(SetLoss):
 
 
 class AOGPT(SetLoss):
+    def training_view(self, batch: Batch) -> Batch:
+        return batch.with_padding_as_target() if self.config.pad_targets else batch
+
     def sample_times(self, batch: Batch, generator: torch.Generator | None) -> torch.Tensor:
         B, L = batch.tokens.shape
         return sample_uniform_times(B, L, self.config.ltr_share, generator)

@@ -56,6 +56,8 @@ def random_backbone(vocab_size: int, seed: int = 0, **overrides: Any) -> Transfo
         for name, p in net.named_parameters():
             if name.endswith("norm.weight"):
                 p.copy_(1 + 0.2 * torch.randn_like(p))
+            elif name.endswith("bias"):  # biases start at zero: make them count
+                p.copy_(0.1 * torch.randn_like(p))
         net.lm_head.weight.mul_(8)
     return net
 
@@ -117,8 +119,14 @@ def test_export_writes_a_complete_llama_directory(
 
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"tie_embeddings": True}, {"qk_norm": True, "d_model": 96, "head_dim_override": 64}],
-    ids=["llama", "tied", "qwen3-style"],
+    [
+        {},
+        {"tie_embeddings": True},
+        {"qk_norm": True, "d_model": 96, "head_dim_override": 64},
+        {"attention_bias": True, "mlp_bias": True, "n_head": 4, "n_kv_head": 4},
+        {"qk_norm": True, "attention_bias": True},
+    ],
+    ids=["llama", "tied", "qwen3-style", "llama-biases", "qwen3-attention-bias"],
 )
 def test_exported_logits_match_transformers(
     overrides: dict[str, Any],
@@ -289,8 +297,7 @@ BASE = {
         ({"model_type": "gpt2"}, "model_type"),
         ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope_scaling"),
         ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}}, "rope_parameters"),
-        ({"attention_bias": True}, "attention_bias"),
-        ({"mlp_bias": True}, "mlp_bias"),
+        ({"model_type": "qwen3", "mlp_bias": True}, "mlp_bias"),
         ({"hidden_act": "gelu"}, "hidden_act"),
         ({"sliding_window": 4096}, "sliding_window"),
         ({"model_type": "qwen3", "use_sliding_window": True}, "use_sliding_window"),
@@ -301,6 +308,33 @@ BASE = {
 def test_unsupported_config_fields_are_named(change: dict, field: str) -> None:
     with pytest.raises(ValueError, match=field):
         model_config_from_hf({**BASE, **change})
+
+
+def test_biases_are_read_from_llama_configs() -> None:
+    config = model_config_from_hf({**BASE, "attention_bias": True, "mlp_bias": True})
+    assert config.attention_bias and config.mlp_bias
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        ({"norm": "layer"}, "norm"),
+        ({"mlp": "gelu"}, "mlp"),
+        ({"learned_positions": True}, "learned"),
+    ],
+)
+def test_export_refuses_backbones_without_an_hf_counterpart(
+    overrides: dict[str, Any],
+    field: str,
+    tmp_path: Path,
+    tokenizer_file: Path,
+    tokenizer: Tokenizer,
+) -> None:
+    net = random_backbone(tokenizer.vocab_size, **overrides)
+    model_dir = save_ar(tmp_path / "ar", net, tokenizer_file, tokenizer.mask_id)
+    with pytest.raises(ValueError, match=f"model.{field}"):
+        export_hf(model_dir, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
 
 
 def test_config_defaults_follow_transformers() -> None:
@@ -314,8 +348,8 @@ def test_config_defaults_follow_transformers() -> None:
 
 
 def test_unsupported_checkpoint_is_refused_by_load(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({**BASE, "attention_bias": True}))
-    with pytest.raises(ValueError, match="attention_bias"):
+    (tmp_path / "config.json").write_text(json.dumps({**BASE, "hidden_act": "gelu"}))
+    with pytest.raises(ValueError, match="hidden_act"):
         load_hf_backbone(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps(BASE))
     with pytest.raises(ValueError, match="only safetensors"):

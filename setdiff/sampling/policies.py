@@ -173,6 +173,9 @@ class AnyOrderPolicy(_Options):
     final_temperature: float | None = None
     """Anneal the temperature linearly to this value over the generation (None = constant)."""
     top_p: float = 1.0
+    window: int | None = None
+    """Choose among the `window` masked positions from the leftmost undecoded one (a frontier);
+    None = the whole canvas."""
 
     def __post_init__(self) -> None:
         check(
@@ -183,6 +186,10 @@ class AnyOrderPolicy(_Options):
         check(
             self.final_temperature is None or self.final_temperature >= 0,
             "final_temperature must be >= 0",
+        )
+        check(
+            self.window is None or (isinstance(self.window, int) and self.window >= 1),
+            f"window must be an int >= 1 or None, got {self.window!r}",
         )
 
     def max_forward(self, n_given: int, n_new: int) -> int:
@@ -195,6 +202,8 @@ class AnyOrderPolicy(_Options):
         if not state.n_committed:
             return _causal_plan(state, commit, torch.empty(0, dtype=torch.long))
         masked = state.is_masked.nonzero().flatten()
+        if self.window is not None:  # masked[0] is the frontier
+            masked = masked[masked < masked[0] + self.window]
         return _causal_plan(state, commit, masked)
 
     def temperature_at(self, done: int, total: int) -> float:
