@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -30,6 +31,17 @@ CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = "config.json", "model.safetensors", 
 
 
 @contextlib.contextmanager
+def naming_full_disk(path: str | Path) -> Iterator[None]:
+    """Re-raise a disk-full error as ``no space left on device: '<path>'`` (the OS names no file)."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        raise OSError(errno.ENOSPC, "no space left on device", str(path)) from err
+
+
+@contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to `path`; on success move it over `path` atomically."""
     path = Path(path)
@@ -37,7 +49,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        yield Path(tmp)
+        with naming_full_disk(path):
+            yield Path(tmp)
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are ordinary shared files
         os.replace(tmp, path)
     finally:
@@ -74,7 +87,8 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
-        yield tmp
+        with naming_full_disk(path):
+            yield tmp
         old = None
         if path.exists():
             old = path.with_name(f".{path.name}.old")

@@ -24,6 +24,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -455,7 +456,7 @@ def _resume(
 ) -> int:
     if path is None or not path.exists():
         return 0
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = _load_state(path)
     if ema is not None and state["ema"] is None:
         raise ValueError(f"{path}: checkpoint has no EMA but ema_decay > 0")
     if _is_sharded(net):  # every rank loads the full state and keeps its own shards
@@ -472,6 +473,26 @@ def _resume(
     generator.set_state(state["generator"])
     log.info("resumed from %s at step %d", path, state["step"])
     return int(state["step"])
+
+
+STATE_KEYS = ("step", "model", "optimizer", "scheduler", "generator", "ema")
+"""What a training state file holds (tensors, numbers, lists and dicts only)."""
+
+
+def _load_state(path: Path) -> dict[str, Any]:
+    """Read a state file with torch's weights-only unpickler: tensors and plain containers load,
+    anything that would run code (a planted pickle) is refused naming the file."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises UnpicklingError, RuntimeError, EOFError, ...
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(
+            f"{path}: not a training state that loads safely ({reason}); delete it to start over"
+        ) from None
+    missing = [k for k in STATE_KEYS if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise ValueError(f"{path}: not a training state (missing {missing}); delete it")
+    return state
 
 
 def _save_state(
@@ -503,8 +524,11 @@ def _save_state(
         "generator": generator.get_state(),
         "ema": ema,
     }
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+    # Through a Python file: torch's own path writer reports a full disk as "unexpected pos".
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _export(net: Transformer, ema: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
