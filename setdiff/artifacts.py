@@ -32,7 +32,7 @@ CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = "config.json", "model.safetensors", 
 
 @contextlib.contextmanager
 def naming_full_disk(path: str | Path) -> Iterator[None]:
-    """Re-raise a disk-full error as ``no space left on device: '<path>'`` (the OS names no file)."""
+    """Re-raise a disk-full error as ``no space left on device: '<path>'`` (naming the file)."""
     try:
         yield
     except OSError as err:
