@@ -2,11 +2,17 @@
 
 Each stage lives in `setdiff/stages/<name>.py` and exposes `main(argv) -> None`; DVC calls
 these through this dispatcher (``setdiff <stage> ...``). `setdiff <stage> --help` explains a stage.
+
+Bad input (a `ConfigError` or other `ValueError`, a missing file, a full disk) is reported as one
+line, ``error: <message>``, with exit status 2; ``--debug`` or ``SETDIFF_DEBUG=1`` shows the
+traceback instead. Any other exception is an internal error and keeps its traceback.
 """
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
 import sys
 
 STAGES: dict[str, str] = {
@@ -22,21 +28,43 @@ STAGES: dict[str, str] = {
     "trial": "One ablation trial (train at a reduced budget or load, then decode); result.json.",
     "promote": "Write an ablation study's Pareto configurations into params/<preset>.yaml.",
     "textgen": "Text quality: verse infilling and unconditional generation of one model.",
+    "backbone": "Backbone study: AR and setdlm accuracy per backbone variant; metrics/.",
 }
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv or os.environ.get("SETDIFF_DEBUG", "0") not in ("", "0")
+    argv = [arg for arg in argv if arg != "--debug"]
     if not argv or argv[0] in ("-h", "--help"):
         width = max(map(len, STAGES))
         lines = [f"  {name:<{width}}  {text}" for name, text in STAGES.items()]
-        print("usage: setdiff <stage> [--help] [options]\n\nstages:\n" + "\n".join(lines))
+        print(
+            "usage: setdiff [--debug] <stage> [--help] [options]\n\nstages:\n"
+            + "\n".join(lines)
+            + "\n\n--debug (or SETDIFF_DEBUG=1) shows the traceback of a bad-input error."
+        )
         return
     name, rest = argv[0], argv[1:]
     if name not in STAGES:
         sys.exit(f"setdiff: unknown stage {name!r}; choose one of {', '.join(STAGES)}")
     module = importlib.import_module(f"setdiff.stages.{name}")
-    module.main(rest)
+    try:
+        module.main(rest)
+    except (ValueError, OSError) as err:  # ConfigError is a ValueError
+        if debug or not is_user_error(err):
+            raise
+        message = " ".join(str(err).split()) or type(err).__name__
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def is_user_error(err: BaseException) -> bool:
+    """Bad input (a params value, a file, a full disk): reported in one line. Anything else is
+    an internal error and keeps its traceback."""
+    if isinstance(err, ValueError | FileNotFoundError):
+        return True
+    return isinstance(err, OSError) and err.errno == errno.ENOSPC
 
 
 if __name__ == "__main__":
