@@ -1,0 +1,172 @@
+"""DVC stage ``backbone``: which backbone makes AR -> set-diffusion adaptation work.
+
+``setdiff backbone --task arith`` reads ``model.<task>`` (the base shape) and the ``backbone``
+section: named variants (overrides of the base shape, plus ``ar_context_loss``), the set sizes D
+and one training recipe each for AR and the fine-tunes. For every variant it trains AR from
+scratch, fine-tunes setdlm at each D from that AR (the paper's recipe), and decodes
+``n_examples`` test prompts greedily (AR; setdlm at W = D and at W = 1, threshold off).
+
+Each finished variant is written to ``results/backbone/<task>/<variant>.json`` at once; a re-run
+skips variants whose record matches the current config, so a kill loses no finished variant.
+The table (``metrics/backbone/<task>.json``) lands in the report.
+
+Every variant is trained with the same seed, data order and budget, so rows differ only in the
+backbone; one seed per variant (compare differences against the binomial standard error that
+the table prints).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from setdiff.artifacts import LoadedModel, write_json
+from setdiff.batching import ArraySplit
+from setdiff.config import ConfigError, build, check, frozen, to_dict
+from setdiff.data import from_jsonl
+from setdiff.evaluate import ANSWER_TASKS, answer_rows
+from setdiff.model import ModelConfig, Transformer
+from setdiff.paradigm import ARConfig, SetDLMConfig, make_paradigm
+from setdiff.params import load_params
+from setdiff.stages.common import Layout, model_config, parse_args, setup_logging
+from setdiff.tokenizer import Tokenizer, load_tokenizer
+from setdiff.train import TrainConfig, train
+
+log = logging.getLogger(__name__)
+
+
+@frozen
+class BackboneStudyConfig:
+    """``backbone``: the variants compared and the budget each one gets."""
+
+    variants: Mapping[str, Mapping[str, Any]]
+    """Name -> overrides of ``model.<task>`` (any `ModelConfig` field) and ``ar_context_loss``."""
+    ar: TrainConfig
+    diffusion: TrainConfig
+    set_sizes: tuple[int, ...] = (2, 4)
+    n_examples: int = 300
+    """Test prompts decoded per model."""
+
+    def __post_init__(self) -> None:
+        check(len(self.variants) > 0, "variants must not be empty")
+        check(len(self.set_sizes) > 0 and min(self.set_sizes) >= 1, "set_sizes must be >= 1")
+        check(self.n_examples >= 1, "n_examples must be >= 1")
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv, "Backbone study: AR and setdlm accuracy per variant.", paradigm=False)
+    setup_logging()
+    params = load_params(args.params)
+    study = params.section("backbone", BackboneStudyConfig)
+    if args.task not in ANSWER_TASKS:
+        raise ConfigError(
+            f"--task: {args.task!r} has no answers to score; use {sorted(ANSWER_TASKS)}"
+        )
+    layout = Layout(args.root, args.task)
+    tokenizer = load_tokenizer(layout.tokenizer)
+    train_split, valid_split = (ArraySplit.load(layout.encoded(s)) for s in ("train", "valid"))
+    base = model_config(params, args.task, tokenizer.vocab_size, train_split.seq_len)
+    where = f"{params.path}: backbone.variants"
+    variants = {n: _variant(base, v, f"{where}.{n}") for n, v in study.variants.items()}
+    records = from_jsonl((layout.raw / "test.jsonl").read_bytes())[: study.n_examples]
+    data = _Data(args.task, tokenizer, train_split, valid_split, records)
+    budget = {k: v for k, v in to_dict(study).items() if k != "variants"}
+    out_dir = Path(args.root) / "results" / "backbone" / args.task
+    rows = []
+    for name, (config, context_loss) in variants.items():
+        spec = {"model": to_dict(config), "ar_context_loss": context_loss, "budget": budget}
+        rows.append(
+            _cached(
+                out_dir / f"{name}.json",
+                spec,
+                lambda n=name, c=config, x=context_loss: _run_variant(n, c, x, study, data),
+            )
+        )
+    summary = {"task": args.task, "n_examples": len(records), **budget, "rows": rows}
+    write_json(Path(args.root) / "metrics" / "backbone" / f"{args.task}.json", summary)
+
+
+def _variant(
+    base: ModelConfig, overrides: Mapping[str, Any], where: str
+) -> tuple[ModelConfig, bool]:
+    fields = dict(overrides)
+    context_loss = fields.pop("ar_context_loss", False)
+    if not isinstance(context_loss, bool):
+        raise ConfigError(f"{where}.ar_context_loss: expected true/false, got {context_loss!r}")
+    merged = {**to_dict(base), **fields}
+    return build(ModelConfig, merged, where), context_loss
+
+
+def _cached(path: Path, spec: dict[str, Any], run: Any) -> dict[str, Any]:
+    """The stored row when it was computed for this exact spec, else a fresh one (saved)."""
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    if path.exists():
+        stored = json.loads(path.read_text())
+        if stored.get("spec_hash") == digest:
+            log.info("backbone: %s already done (%s)", path.stem, path)
+            return stored["row"]
+    row = run()
+    write_json(path, {"spec_hash": digest, "row": row})
+    return row
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Data:
+    task: str
+    tokenizer: Tokenizer
+    train: ArraySplit
+    valid: ArraySplit
+    records: list[dict[str, Any]]
+
+
+def _run_variant(
+    name: str, config: ModelConfig, context_loss: bool, study: BackboneStudyConfig, data: _Data
+) -> dict[str, Any]:
+    tic = time.perf_counter()
+    torch.manual_seed(study.ar.seed)
+    net = Transformer(config)
+    mask_id = data.tokenizer.mask_id
+    ar = make_paradigm("ar", ARConfig(context_loss=context_loss), mask_id=mask_id)
+    ar_weights = train(net, ar, data.train, data.valid, study.ar).weights
+    net.load_state_dict(ar_weights)
+    row: dict[str, Any] = {
+        "variant": name,
+        "parameters": net.num_parameters(),
+        "ar_context_loss": context_loss,
+        "model": to_dict(config),
+        "ar": _accuracy(net, ar, data, {}),
+    }
+    for d in study.set_sizes:
+        net.load_state_dict(ar_weights)
+        setdlm = make_paradigm("setdlm", SetDLMConfig(set_size=d), mask_id=mask_id)
+        tuned = train(net, setdlm, data.train, data.valid, study.diffusion)
+        net.load_state_dict(tuned.weights)
+        row[f"setdlm_d{d}"] = _accuracy(net, setdlm, data, {"window": d})
+        row[f"setdlm_d{d}_w1"] = _accuracy(net, setdlm, data, {"window": 1})
+        row[f"setdlm_d{d}_eval_loss"] = tuned.final_eval_loss
+    row["seconds"] = round(time.perf_counter() - tic, 1)
+    log.info("backbone %s: %s", name, {k: v for k, v in row.items() if k != "model"})
+    return row
+
+
+def _accuracy(net: Transformer, paradigm: Any, data: _Data, options: dict) -> float:
+    """Greedy exact-match accuracy on the study's test prompts."""
+    model = LoadedModel(net=net.eval(), paradigm=paradigm, tokenizer=data.tokenizer, path=Path())
+    rows = answer_rows(
+        model,
+        data.records,
+        task=data.task,
+        seq_len=net.config.max_seq_len,
+        decode_options=options,
+        show_progress=False,
+    )
+    net.train()
+    return sum(r["exact"] for r in rows) / len(rows)

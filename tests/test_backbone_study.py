@@ -1,0 +1,71 @@
+"""The backbone-study stage on tiny data: one row per variant, finished variants kept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from setdiff.config import ConfigError
+from setdiff.stages import backbone, prepare, tokenize
+
+RECIPE = {"steps": 3, "batch_size": 8, "warmup_steps": 1, "eval_every": 3, "eval_examples": 8}
+PARAMS: dict[str, Any] = {
+    "data": {"seed": 0, "arith": {"n_train": 40, "n_valid": 10, "n_test": 10}},
+    "tokenizer": {"arith": {"kind": "char", "seq_len": 32}},
+    "model": {"arith": {"n_layer": 1, "n_head": 2, "n_kv_head": 1, "d_model": 32, "d_ff": 64}},
+    "backbone": {
+        "variants": {"base": {}, "four-heads": {"n_head": 4, "n_kv_head": 4}},
+        "ar": RECIPE,
+        "diffusion": RECIPE,
+        "set_sizes": [2],
+        "n_examples": 3,
+    },
+}
+
+
+def _run(root: Path, params: dict[str, Any]) -> dict[str, Any]:
+    path = root / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    args = ["--params", str(path), "--task", "arith", "--root", str(root)]
+    if not (root / "data" / "arith" / "encoded").exists():
+        prepare.main(args)
+        tokenize.main(args)
+    backbone.main(args)
+    return json.loads((root / "metrics" / "backbone" / "arith.json").read_text())
+
+
+def test_one_row_per_variant_and_finished_variants_are_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = _run(tmp_path, PARAMS)
+    rows = {row["variant"]: row for row in table["rows"]}
+    assert list(rows) == ["base", "four-heads"]
+    assert rows["four-heads"]["model"]["n_head"] == 4 and rows["base"]["model"]["n_head"] == 2
+    for row in rows.values():
+        for key in ("ar", "setdlm_d2", "setdlm_d2_w1"):
+            assert 0.0 <= row[key] <= 1.0
+    assert table["n_examples"] == 3
+
+    # A re-run computes nothing for unchanged variants, and only the changed one otherwise.
+    trained: list[int] = []
+    original = backbone._run_variant
+    monkeypatch.setattr(
+        backbone, "_run_variant", lambda *a: trained.append(a[1].n_head) or original(*a)
+    )
+    assert _run(tmp_path, PARAMS)["rows"] == table["rows"]
+    assert trained == []
+    changed = json.loads(json.dumps(PARAMS))
+    changed["backbone"]["variants"]["four-heads"]["n_kv_head"] = 2
+    _run(tmp_path, changed)
+    assert trained == [4]
+
+
+def test_unknown_model_field_names_the_variant(tmp_path: Path) -> None:
+    bad = json.loads(json.dumps(PARAMS))
+    bad["backbone"]["variants"]["base"] = {"n_heads": 4}
+    with pytest.raises(ConfigError, match=r"backbone\.variants\.base.*n_heads"):
+        _run(tmp_path, bad)
