@@ -71,14 +71,19 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         options = get_args(hint)
         if value is None and type(None) in options:
             return None
-        errors = []
+        errors: dict[Any, ConfigError] = {}
         for option in options:
             if option is type(None):
                 continue
             try:
                 return _coerce(option, value, where)
             except ConfigError as err:
-                errors.append(str(err))
+                errors[option] = err
+        # A mapping given for an optional record (`ArithConfig | None`) failed inside that
+        # record: its own error names the field and why.
+        records = [e for o, e in errors.items() if dataclasses.is_dataclass(o)]
+        if len(errors) == 1 or (len(records) == 1 and isinstance(value, Mapping)):
+            raise (records or list(errors.values()))[0]
         raise ConfigError(f"{where}: {value!r} matches none of {hint}")
     if origin is Literal:
         if value not in get_args(hint):

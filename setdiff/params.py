@@ -56,8 +56,23 @@ def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"params file {path} does not exist (run `setdiff preset <name>` first)")
-    with path.open() as f:
-        data = yaml.safe_load(f)
+    try:
+        with path.open() as f:
+            data = yaml.safe_load(f)
+    except yaml.YAMLError as err:
+        raise ConfigError(yaml_error(path, err)) from None
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
     return Params(data, path)
+
+
+def yaml_error(path: Path, err: yaml.YAMLError) -> str:
+    """One line ``file:line:column: problem`` (1-based) for a YAML syntax error."""
+    mark = getattr(err, "problem_mark", None)
+    if mark is None:
+        return f"{path}: invalid YAML ({' '.join(str(err).split())})"
+    message = f"{path}:{mark.line + 1}:{mark.column + 1}: {err.problem}"  # type: ignore[attr-defined]
+    context, context_mark = getattr(err, "context", None), getattr(err, "context_mark", None)
+    if context and context_mark is not None:
+        message += f" ({context} at line {context_mark.line + 1})"
+    return message
