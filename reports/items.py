@@ -255,6 +255,18 @@ ITEMS: tuple[Item, ...] = (
         caption="All numeric metrics of `metrics/textgen`; infill ROUGE-L with a 95% bootstrap CI.",
     ),
     Item(
+        name="backbone_study",
+        title="Backbone study: AR -> set-diffusion adaptation",
+        section=TRAINING,
+        needs=("backbone",),
+        make=lambda d: _when(d.run.backbone, tables.backbone_table),
+        caption=(
+            "`setdiff backbone`: per backbone variant, AR trained from scratch and setdlm "
+            "fine-tuned from it at each D with the same budget and seed; greedy exact match on "
+            "the first test prompts, threshold off (± binomial standard error, one seed)."
+        ),
+    ),
+    Item(
         name="training_curves",
         title="Training curves",
         section=TRAINING,

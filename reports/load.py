@@ -57,6 +57,7 @@ KINDS: dict[str, str] = {
     "textgen_rows": "results/textgen/<task>/<paradigm>.csv",
     "textgen": "metrics/textgen/<task>/<paradigm>.json",
     "trials": "ablations/<task>/trials.csv or ablations/<task>/<study>/study.json",
+    "backbone": "metrics/backbone/<task>.json",
     "params": "params.yaml",
     "lock": "dvc.lock",
 }
@@ -85,6 +86,8 @@ class Run:
     textgen_rows: pd.DataFrame
     textgen: pd.DataFrame
     trials: pd.DataFrame
+    backbone: pd.DataFrame
+    """The backbone study: one row per (task, variant), accuracies as the stage wrote them."""
     lock: pd.DataFrame
     """stage, kind (dep/out), path, md5 from dvc.lock."""
     params: dict[str, Any]
@@ -393,6 +396,24 @@ def _load_trials(root: Path, expect: Expected, log: _Log) -> pd.DataFrame:
     return _concat(frames)
 
 
+def _load_backbone(root: Path, params: dict[str, Any], log: _Log) -> pd.DataFrame:
+    """``metrics/backbone/<task>.json`` of the tasks the study lists or that exist."""
+    tasks = _union(_get(params, "study.backbone") or [], _stems(root / "metrics/backbone", ".json"))
+    if not tasks:
+        log.add("metrics/backbone/", "not found (the backbone stage has not run)", "backbone", True)
+    records = []
+    for task in tasks:
+        path = f"metrics/backbone/{task}.json"
+        data, problem = read_json(root / path)
+        log.add(path, problem, "backbone")
+        rows = data.get("rows") if isinstance(data, dict) else None
+        for row in rows if isinstance(rows, list) else []:
+            if isinstance(row, dict):
+                flat = {k: v for k, v in row.items() if not isinstance(v, dict)}
+                records.append({"task": task, "n_examples": data.get("n_examples"), **flat})
+    return pd.DataFrame(records)
+
+
 def _load_lock(root: Path, log: _Log) -> pd.DataFrame:
     lock, problem = read_yaml(root / "dvc.lock")
     log.add("dvc.lock", problem, "lock")
@@ -450,6 +471,7 @@ def load_run(root: Path | str) -> Run:
         textgen_rows=textgen_rows,
         textgen=textgen,
         trials=_load_trials(root, expect, log),
+        backbone=_load_backbone(root, params, log),
         lock=_load_lock(root, log),
         params=params,
         missing=log.items,

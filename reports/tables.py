@@ -214,6 +214,42 @@ def training_table(train: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def backbone_table(backbone: pd.DataFrame) -> pd.DataFrame:
+    """One row per variant: AR and setdlm accuracy (± binomial SE), the gap to AR per D."""
+    if backbone.empty:
+        return pd.DataFrame()
+    accuracy = [c for c in backbone.columns if c == "ar" or _is_setdlm_accuracy(c)]
+    table = backbone[["task", "variant"]].copy()
+    if "parameters" in backbone:
+        table["parameters"] = backbone["parameters"].map(lambda v: fmt(v, ",.0f"))
+    n = backbone["n_examples"].astype(float)
+    for column in accuracy:
+        acc = backbone[column].astype(float)
+        se = (acc * (1 - acc) / n).pow(0.5)
+        table[_accuracy_title(column)] = [fmt_pm(a, s) for a, s in zip(acc, se, strict=True)]
+        if column != "ar" and not column.endswith("_w1"):
+            gap = 100 * (acc - backbone["ar"].astype(float))
+            table[f"gap {column.removeprefix('setdlm_')} (pts)"] = gap.map(lambda v: f"{v:+.1f}")
+    return table
+
+
+def _is_setdlm_accuracy(column: str) -> bool:
+    parts = column.split("_")
+    return parts[0] == "setdlm" and parts[1].startswith("d") and parts[-1] != "loss"
+
+
+def _accuracy_title(column: str) -> str:
+    if column == "ar":
+        return "ar"
+    d = column.split("_")[1][1:]
+    return f"setdlm D={d} W=1" if column.endswith("_w1") else f"setdlm D={d} W={d}"
+
+
+def fmt_pm(value: float, error: float, spec: str = ".3f") -> str:
+    """``value ± error``."""
+    return f"{value:{spec}} ± {error:{spec}}"
+
+
 def fingerprint_table(fingerprints: pd.DataFrame) -> pd.DataFrame:
     """Device, threads, versions, revision and hashes: one row per key, one column per task."""
     if fingerprints.empty:

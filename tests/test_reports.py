@@ -317,6 +317,18 @@ def _trials(rng: np.random.Generator) -> pd.DataFrame:
     return frame
 
 
+BACKBONE = {
+    "task": "arith",
+    "n_examples": 100,
+    "rows": [
+        {"variant": "base", "parameters": 1000, "model": {"n_head": 2}, "ar": 0.9,
+         "setdlm_d2": 0.7, "setdlm_d2_w1": 0.75, "setdlm_d2_eval_loss": 0.3},
+        {"variant": "4-heads", "parameters": 1000, "model": {"n_head": 4}, "ar": 0.96,
+         "setdlm_d2": 0.95, "setdlm_d2_w1": 0.94, "setdlm_d2_eval_loss": 0.2},
+    ],
+}  # fmt: skip
+
+
 def write_run(root: Path, seed: int = 0, speed: float = 1.0, preset: str = "test") -> Path:
     """A complete synthetic run: bench (+ traces, baseline), tradeoff, evaluate, train, textgen,
     ablation trials, params.yaml and dvc.lock."""
@@ -367,6 +379,7 @@ def write_run(root: Path, seed: int = 0, speed: float = 1.0, preset: str = "test
     for paradigm in PARADIGMS:
         _textgen(root, paradigm, rng)
     _write(root / "ablations/arith/trials.csv", _trials(rng).to_csv(index=False))
+    _json(root / "metrics/backbone/arith.json", BACKBONE)
     lock = {
         "schema": "2.0",
         "stages": {
@@ -452,6 +465,15 @@ def test_complete_run_has_nothing_missing(derived: Derived) -> None:
     assert set(run.evaluate["paradigm"]) == set(PARADIGMS)
     assert list(run.lock["md5"]) == ["aa11.dir", "bb22"]
     assert run.trials["is_pareto"].dtype == bool
+
+
+def test_backbone_table_shows_accuracy_with_error_and_gap(derived: Derived) -> None:
+    table = tables.backbone_table(derived.run.backbone)
+    assert list(table["variant"]) == ["base", "4-heads"]
+    assert list(table["ar"]) == ["0.900 ± 0.030", "0.960 ± 0.020"]
+    assert list(table["setdlm D=2 W=2"]) == ["0.700 ± 0.046", "0.950 ± 0.022"]
+    assert list(table["gap d2 (pts)"]) == ["-20.0", "-1.0"]
+    assert "setdlm D=2 W=1" in table and "setdlm_d2_eval_loss" not in table
 
 
 def test_tradeoff_is_flattened_with_engines(derived: Derived) -> None:
