@@ -598,3 +598,46 @@ def from_jsonl(data: bytes | str) -> list[Record]:
     """The inverse of `to_jsonl`."""
     text = data.decode("utf-8") if isinstance(data, bytes) else data
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+RECORD_KEYS: dict[str, tuple[str, ...]] = {"pairs": ("prompt", "target"), "stream": ("text",)}
+"""Task layout -> the string fields every record of that layout needs."""
+
+
+def read_records(path: str | Path, task: str) -> list[Record]:
+    """The records of a raw split file (``data/<task>/raw/<split>.jsonl``).
+
+    Raises:
+        FileNotFoundError: if the file is missing.
+        ValueError: naming file and line, for a line that is not a JSON object or a record that
+            lacks a string field `task` needs (`RECORD_KEYS`).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"missing raw split {path}: run `setdiff prepare --task {task}`")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    keys = RECORD_KEYS[TASK_LAYOUTS[task]]
+    return [
+        _parse_record(line, keys, f"{path}:{number}")
+        for number, line in enumerate(text.splitlines(), 1)
+        if line.strip()
+    ]
+
+
+def _parse_record(line: str, keys: tuple[str, ...], where: str) -> Record:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    missing = [key for key in keys if key not in record]
+    if missing:
+        raise ValueError(f"{where}: record lacks {missing} (has {sorted(record)})")
+    wrong = [key for key in keys if not isinstance(record[key], str)]
+    if wrong:
+        raise ValueError(f"{where}: record field {wrong[0]!r} must be a string")
+    return record

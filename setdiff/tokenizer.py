@@ -266,7 +266,19 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     """Load a ``tokenizer.json``, with the special roles of a ``special_tokens_map.json`` beside
     it when there is one (pretrained tokenizers), else the default ones (ids 0..3)."""
     path = Path(path)
-    return Tokenizer(tokenizers.Tokenizer.from_file(str(path)), path, read_special_map(path))
+    if not path.is_file():
+        raise FileNotFoundError(f"tokenizer file {path} does not exist (run the tokenize stage)")
+    try:
+        backend = tokenizers.Tokenizer.from_file(str(path))
+    except Exception as err:  # the Rust backend raises a bare Exception for any bad file
+        raise ValueError(
+            f"{path}: not a valid tokenizer.json ({' '.join(str(err).split())})"
+        ) from None
+    special = read_special_map(path)
+    try:
+        return Tokenizer(backend, path, special)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
 
 
 def read_special_map(tokenizer_path: str | Path) -> dict[str, str] | None:
@@ -278,7 +290,13 @@ def read_special_map(tokenizer_path: str | Path) -> dict[str, str] | None:
     path = Path(tokenizer_path).with_name(SPECIAL_MAP_FILE)
     if not path.exists():
         return None
-    special = declared_roles(json.loads(path.read_text()))
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a JSON object of role -> token")
+    special = declared_roles(raw)
     missing = [role for role in ROLES if role not in special]
     if missing:
         raise ValueError(f"{path}: no token for role(s) {missing}")

@@ -6,12 +6,14 @@ loads a pretrained one, ``kind: pretrained``), and writes ``data/<task>/tokenize
 with its roles in ``special_tokens_map.json``, ``data/<task>/encoded/{split}.npz`` (keys
 ``tokens``, ``context_len``, ``length``; the ``np.savez`` format, written with fixed zip
 timestamps so equal arrays give equal bytes) and ``data/<task>/encoded/manifest.json``.
-Every file is written atomically.
+Nothing is written until every split is encoded and checked; then each of the two directories
+is replaced whole and atomically, so a failed run leaves the previous outputs as they were.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import logging
 import sys
 import zipfile
@@ -21,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from setdiff import data
-from setdiff.artifacts import sha256_bytes, write_bytes, write_json, write_text
+from setdiff.artifacts import atomic_dir, sha256_bytes
 from setdiff.config import to_dict
 from setdiff.params import load_params
 from setdiff.stages.common import Layout, parse_args, setup_logging
@@ -50,31 +52,37 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     return buffer.getvalue()
 
 
-def read_raw_splits(raw_dir: Path) -> data.Splits:
-    """The jsonl splits written by ``prepare``; a clear error if any is missing."""
-    paths = {name: raw_dir / f"{name}.jsonl" for name in data.SPLIT_NAMES}
-    missing = [str(p) for p in paths.values() if not p.exists()]
-    if missing:
-        raise FileNotFoundError(f"missing raw split(s) {missing}: run `setdiff prepare` first")
-    return {name: data.from_jsonl(path.read_bytes()) for name, path in paths.items()}
+def read_raw_splits(raw_dir: Path, task: str) -> data.Splits:
+    """The jsonl splits written by ``prepare``; a clear error if one is missing, malformed or
+    empty."""
+    splits = {name: data.read_records(raw_dir / f"{name}.jsonl", task) for name in data.SPLIT_NAMES}
+    empty = [str(raw_dir / f"{name}.jsonl") for name, records in splits.items() if not records]
+    if empty:
+        raise ValueError(f"{', '.join(empty)}: empty (no records); run `setdiff prepare` again")
+    return splits
 
 
-def write_split(path: Path, split: EncodedSplit) -> str:
-    """Write one encoded split atomically; returns its sha256.
+def split_payload(split: EncodedSplit, source: Path, task: str) -> bytes:
+    """The npz bytes of one encoded split.
 
     Raises:
-        ValueError: if the split has no rows (every example was longer than seq_len).
+        ValueError: if the split has no rows: a text split too short for one row, or prompt/target
+            examples that are all longer than seq_len.
     """
+    seq_len = split.tokens.shape[1]
+    if split.tokens.shape[0] == 0 and data.TASK_LAYOUTS[task] == "stream":
+        raise ValueError(
+            f"{source}: too short: its text does not fill one row of seq_len={seq_len} tokens; "
+            f"add text or lower tokenizer.{task}.seq_len"
+        )
     if split.tokens.shape[0] == 0:
         raise ValueError(
-            f"{path}: no example fits seq_len={split.tokens.shape[1]} "
-            f"({split.n_dropped} dropped); raise tokenizer.<task>.seq_len"
+            f"{source}: no example fits seq_len={seq_len} ({split.n_dropped} dropped); "
+            f"raise tokenizer.{task}.seq_len"
         )
-    payload = npz_bytes(
+    return npz_bytes(
         {"tokens": split.tokens, "context_len": split.context_len, "length": split.length}
     )
-    write_bytes(path, payload)
-    return sha256_bytes(payload)
 
 
 def make_tokenizer(config: TokenizerConfig, train: list[data.Record], task: str) -> Tokenizer:
@@ -86,6 +94,20 @@ def make_tokenizer(config: TokenizerConfig, train: list[data.Record], task: str)
     return Tokenizer(train_tokenizer(training_texts(train, task), config))
 
 
+def write_outputs(
+    layout: Layout, tokenizer: Tokenizer, payloads: dict[str, bytes], manifest: dict[str, Any]
+) -> None:
+    """Replace the encoded and tokenizer directories, each whole and atomically."""
+    with atomic_dir(layout.encoded("manifest").parent) as encoded:
+        for name, payload in payloads.items():
+            (encoded / f"{name}.npz").write_bytes(payload)
+        manifest_text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+        (encoded / "manifest.json").write_text(manifest_text)
+    with atomic_dir(layout.tokenizer.parent) as directory:
+        (directory / layout.tokenizer.name).write_text(tokenizer.to_str(), encoding="utf-8")
+        (directory / SPECIAL_MAP_FILE).write_text(tokenizer.special_map_str())
+
+
 def main(argv: list[str]) -> None:
     """Train ``--task``'s tokenizer on its train split and encode all three splits."""
     args = parse_args(
@@ -94,13 +116,10 @@ def main(argv: list[str]) -> None:
     setup_logging()
     config = load_params(args.params).section(f"tokenizer.{args.task}", TokenizerConfig)
     layout = Layout(args.root, args.task)
-    splits = read_raw_splits(layout.raw)
+    splits = read_raw_splits(layout.raw, args.task)
 
     tokenizer = make_tokenizer(config, splits["train"], args.task)
     tokenizer_json = tokenizer.to_str().encode("utf-8")
-    write_bytes(layout.tokenizer, tokenizer_json)
-    write_text(layout.tokenizer.with_name(SPECIAL_MAP_FILE), tokenizer.special_map_str())
-
     manifest: dict[str, Any] = {
         "task": args.task,
         "config": to_dict(config),
@@ -110,20 +129,24 @@ def main(argv: list[str]) -> None:
         "tokenizer_sha256": sha256_bytes(tokenizer_json),
         "splits": {},
     }
+    payloads = {}
     for name, records in splits.items():
         split = encode_examples(records, tokenizer, config.seq_len, args.task)
         logger.info(
             "%s/%s: %d rows, %d dropped (too long for seq_len, or text's incomplete last row)",
             *(args.task, name, split.tokens.shape[0], split.n_dropped),
         )
+        payloads[name] = split_payload(split, layout.raw / f"{name}.jsonl", args.task)
         manifest["splits"][name] = {
             "path": f"{name}.npz",
             "count": int(split.tokens.shape[0]),
             "n_dropped": split.n_dropped,
             "n_tokens": int(split.length.sum()),
-            "sha256": write_split(layout.encoded(name), split),
+            "sha256": sha256_bytes(payloads[name]),
         }
-    write_json(layout.encoded("manifest").with_suffix(".json"), manifest)
+    # Written only once everything is computed and checked: a failed run leaves the previous
+    # tokenizer and encodings as they were, side by side.
+    write_outputs(layout, tokenizer, payloads, manifest)
     logger.info(
         "wrote %s: %s",
         layout.encoded("manifest").parent,
