@@ -6,6 +6,9 @@ and one training recipe each for AR and the fine-tunes. For every variant it tra
 scratch, fine-tunes setdlm at each D from that AR (the paper's recipe), and decodes
 ``n_examples`` test prompts greedily (AR; setdlm at W = D and at W = 1, threshold off).
 
+``--only a,b`` runs just those variants (to share the study between processes by hand); a
+run without it writes the table, reusing every stored variant.
+
 Each finished variant is written to ``results/backbone/<task>/<variant>.json`` at once; a re-run
 skips variants whose record matches the current config, so a kill loses no finished variant.
 The table (``metrics/backbone/<task>.json``) lands in the report.
@@ -62,6 +65,7 @@ class BackboneStudyConfig:
 
 
 def main(argv: list[str]) -> None:
+    only, argv = _only(argv)
     args = parse_args(argv, "Backbone study: AR and setdlm accuracy per variant.", paradigm=False)
     setup_logging()
     params = load_params(args.params)
@@ -76,12 +80,17 @@ def main(argv: list[str]) -> None:
     base = model_config(params, args.task, tokenizer.vocab_size, train_split.seq_len)
     where = f"{params.path}: backbone.variants"
     variants = {n: _variant(base, v, f"{where}.{n}") for n, v in study.variants.items()}
+    unknown = sorted(set(only or ()) - set(variants))
+    if unknown:
+        raise ConfigError(f"--only: unknown variant(s) {unknown}; {where} has {list(variants)}")
     records = from_jsonl((layout.raw / "test.jsonl").read_bytes())[: study.n_examples]
     data = _Data(args.task, tokenizer, train_split, valid_split, records)
     budget = {k: v for k, v in to_dict(study).items() if k != "variants"}
     out_dir = Path(args.root) / "results" / "backbone" / args.task
     rows = []
     for name, (config, context_loss) in variants.items():
+        if only is not None and name not in only:
+            continue
         spec = {"model": to_dict(config), "ar_context_loss": context_loss, "budget": budget}
         rows.append(
             _cached(
@@ -90,8 +99,21 @@ def main(argv: list[str]) -> None:
                 lambda n=name, c=config, x=context_loss: _run_variant(n, c, x, study, data),
             )
         )
+    if only is not None:  # a share of the study (parallel by hand): the table is not complete
+        return
     summary = {"task": args.task, "n_examples": len(records), **budget, "rows": rows}
     write_json(Path(args.root) / "metrics" / "backbone" / f"{args.task}.json", summary)
+
+
+def _only(argv: list[str]) -> tuple[list[str] | None, list[str]]:
+    """``--only a,b``: run just these variants (to share a study between processes by hand);
+    the table is written by a run without it, which reuses every stored variant."""
+    if "--only" not in argv:
+        return None, argv
+    i = argv.index("--only")
+    if i + 1 >= len(argv):
+        raise ConfigError("--only: expected a comma-separated list of variant names")
+    return argv[i + 1].split(","), argv[:i] + argv[i + 2 :]
 
 
 def _variant(

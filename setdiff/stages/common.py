@@ -135,6 +135,8 @@ class StudyConfig:
     """Answer tasks the Optuna ablation (``ablation`` section) runs on: ``ablate@<task>``."""
     textgen: tuple[str, ...] = ()
     """Text tasks judged for infilling and unconditional generation: ``textgen@<task>-<p>``."""
+    backbone: tuple[str, ...] = ()
+    """Answer tasks the backbone study (``backbone`` section) runs on: ``backbone@<task>``."""
 
     def __post_init__(self) -> None:
         check(len(self.tasks) > 0, "tasks must not be empty")
@@ -148,7 +150,7 @@ class StudyConfig:
             list(self.diffusion) == expected,
             f"diffusion must list paradigms without ar, in order: {expected}",
         )
-        for name in ("floor", "ablate", "textgen"):
+        for name in ("floor", "ablate", "textgen", "backbone"):
             outside = [t for t in getattr(self, name) if t not in self.tasks]
             check(not outside, f"{name}: {outside} not in tasks {list(self.tasks)}")
         check(

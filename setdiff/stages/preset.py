@@ -17,6 +17,7 @@ from setdiff.data import DataConfig
 from setdiff.evaluate import ANSWER_TASKS
 from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.params import Params, load_params
+from setdiff.stages.backbone import BackboneStudyConfig
 from setdiff.stages.baseline import BaselineConfig
 from setdiff.stages.bench import BenchRunConfig, configurations
 from setdiff.stages.common import StudyConfig, model_config, paradigm_config, pretrained_source
@@ -39,6 +40,7 @@ TOP_LEVEL = (
     "textgen",
     "baseline",
     "ablation",
+    "backbone",
 )
 """Every top-level key a preset may hold (each is read by some stage)."""
 
@@ -65,12 +67,16 @@ def validate(params: Params) -> StudyConfig:
             paradigm.decode_policy(dict(options))
         except ValueError as err:
             raise ConfigError(f"{params.path}: decode.{name}: {err}") from None
-    answer_only = [t for t in (*study.floor, *study.ablate) if t not in ANSWER_TASKS]
+    answer_only = [
+        t for t in (*study.floor, *study.ablate, *study.backbone) if t not in ANSWER_TASKS
+    ]
     if answer_only:
         raise ConfigError(
-            f"{params.path}: study.floor/ablate: {answer_only} have no checkable answers "
-            f"({sorted(ANSWER_TASKS)})"
+            f"{params.path}: study.floor/ablate/backbone: {answer_only} have no checkable "
+            f"answers ({sorted(ANSWER_TASKS)})"
         )
+    if "backbone" in params or study.backbone:
+        params.section("backbone", BackboneStudyConfig)
     if study.ablate and "ablation" not in params:
         raise ConfigError(f"{params.path}: study.ablate lists {list(study.ablate)}: add ablation")
     _validate_bench(params, study)
