@@ -5,14 +5,22 @@ validates it: a bad spec fails there, before any trial), checks that the storage
 runner, and runs ``ablation-study`` on it: sequential (one thread), a local Dask cluster
 (``dask_workers``) or a Dask scheduler (``dask_address``).
 
-``ablation-study`` opens the study (``load_if_exists``; a journal file under ``ablations/`` by
-default, any RDB URL for shared use), marks trials a killed run left RUNNING as FAIL and enqueues
-their params again, enqueues the preset's configuration as the first trial, then runs rounds of
-``budget.batch`` trials: ask, submit one `run_trial` task each, tell the results in trial order.
-Because the sampler only sees results between rounds, a study is the same sequentially and on
-Dask. Proposals that repeat a finished trial are told FAIL (``duplicate``) and replaced by an
+Where a study lives: ``<ablations>/<task>/`` holds its journal file (the default storage; any RDB
+URL for shared use), ``space.json`` and ``<study>/`` (trial directories, the export). By hand
+``ablations`` is ``studies/``, outside DVC's outputs; the DVC stage ``ablate`` passes
+``--ablations ablations`` (its output ``ablations/<task>``), so a study run by hand never makes
+that stage stale. One flow run drives a study at a time: a second one on the same study (same
+journal file, or same study folder for an RDB URL) is refused (`StudyBusyError`) while the
+first holds the study's lock; the lock goes with its process, so a killed run can be resumed.
+
+``ablation-study`` opens the study (``load_if_exists``), marks trials a killed run left RUNNING
+as FAIL and enqueues their params again, enqueues the preset's configuration as the first trial,
+then runs rounds of ``budget.batch`` trials: ask, submit one `run_trial` task each, tell the
+results in trial order. Because the sampler only sees results between rounds, a study is the
+same sequentially and on Dask. Proposals that repeat a finished trial are told FAIL (``duplicate``) and replaced by an
 untried grid point, so no configuration runs twice. At the end it exports
-``ablations/<task>/<study>/study.json`` (every trial, the Pareto set) for ``setdiff promote``.
+``<ablations>/<task>/<study>/study.json`` (every trial, the Pareto set) for ``setdiff promote``;
+its paths, like the returned summary's, are relative to the repository root.
 
 Pruning: Optuna cannot prune multi-objective trials (``Trial.should_prune`` raises), so each
 training trial receives the held-out loss curves of the completed trials and applies the median
@@ -20,20 +28,25 @@ rule itself (`setdiff.ablation.should_prune`); a pruned trial is told PRUNED. Co
 an accuracy floor) are set with ``Trial.set_constraint`` (Optuna 5; ``constraints_func`` is
 deprecated there), which both samplers and ``best_trials`` honour.
 
-Run it: ``python -m flows.ablation --task arith [--dask-workers 2 | --dask-address ADDR]``.
+Run it: ``python -m flows.ablation --task arith [--dask-workers 2 | --dask-address ADDR]
+[--ablations DIR]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import re
+import socket
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import optuna
 from optuna.trial import TrialState
@@ -58,6 +71,12 @@ METRICS = ("accuracy", "tokens_per_second", "nfe_mean", "tokens_per_forward", "n
 EXPORTED = ("paradigm", "paradigm_config", "decode_options", "metrics", "default", "retry_of")
 EXPORTED += ("duplicate", "pruned_at", "error")
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
+ADHOC = "studies"
+"""Where studies run by hand live (``<root>/studies/<task>/``): outside DVC's ``ablations/``."""
+
+
+class StudyBusyError(RuntimeError):
+    """Another flow run is driving the study (it holds the study's lock)."""
 
 
 @flow(name="ablation")
@@ -65,6 +84,7 @@ def ablation(
     task: str = "arith",
     params: str = "params.yaml",
     root: str = ".",
+    ablations: str = ADHOC,
     study: str | None = None,
     storage: str | None = None,
     n_trials: int | None = None,
@@ -77,7 +97,9 @@ def ablation(
 
     Args:
         params: the preset file (its ``ablation`` section is the study).
-        root: the repository root (``data/``, ``models/``, ``ablations/``).
+        root: the repository root (``data/``, ``models/``).
+        ablations: the folder, under `root`, of ``<task>/`` study folders; the DVC stage passes
+            ``ablations`` (its output), by hand it is ``studies`` (DVC's record stays as it is).
         study, storage, n_trials: override the section's values.
         dask_address: a Dask scheduler; a remote one needs an RDB storage every worker reaches.
         dask_workers: > 0 = a local Dask cluster of this many workers (threads: each trial is
@@ -88,22 +110,26 @@ def ablation(
     """
     check_scale_out(storage, dask_address)
     root_path = Path(root).resolve()
+    folder = root_path / ablations / task
     base = [*(command or TRIAL_COMMAND), "--task", task, "--params", str(Path(params).resolve())]
     base += ["--root", str(root_path)]
-    space = resolve_space(base, root_path / "ablations" / task)
-    url = storage or _under(root_path, space["storage"])
+    space = resolve_space(base, folder)
+    url = storage or _under(root_path, space["storage"] or f"{ablations}/{task}/journal.log")
     check_scale_out(url, dask_address)
+    name = study or space["study"]
     rounds = study_rounds.with_options(task_runner=task_runner(dask_address, dask_workers))
-    return rounds(
-        space,
-        url,
-        study or space["study"],
-        n_trials or space["budget"]["n_trials"],
-        command=base,
-        root=str(root_path),
-        workers=max(dask_workers, 1),
-        limit=concurrency_limit,
-    )
+    with study_lock(lock_path(url, folder / name), name):
+        return rounds(
+            space,
+            url,
+            name,
+            n_trials or space["budget"]["n_trials"],
+            command=base,
+            root=str(root_path),
+            folder=str(folder),
+            workers=max(dask_workers, 1),
+            limit=concurrency_limit,
+        )
 
 
 @flow(name="ablation-study", flow_run_name="{study_name}")
@@ -115,10 +141,12 @@ def study_rounds(
     *,
     command: list[str],
     root: str,
+    folder: str,
     workers: int = 1,
     limit: str | None = COMPUTE_LIMIT,
 ) -> dict[str, Any]:
-    """Resume or start the study and run rounds until `n_trials` trials finished."""
+    """Resume or start the study and run rounds until `n_trials` trials finished; its trials
+    and export go to ``folder/<study_name>``."""
     logger = run_logger()
     if limit is not None:
         ensure_concurrency_limit(limit, workers)
@@ -126,7 +154,7 @@ def study_rounds(
     recover_interrupted(study)
     if not study.trials:
         study.enqueue_trial(space["default"], user_attrs={"default": True})
-    folder = Path(root) / "ablations" / space["task"] / study_name
+    study_folder = Path(folder) / study_name
     deadline, failures = time.monotonic() + space["budget"]["timeout_s"], 0
     while (left := n_trials - len(finished(study))) > 0:
         if time.monotonic() > deadline:
@@ -136,11 +164,13 @@ def study_rounds(
         if not trials:
             logger.warning("every configuration of the space has been tried")
             break
-        futures = [submit_trial(t, space, storage, command, root, limit) for t in trials]
+        futures = [
+            submit_trial(t, space, study_folder, storage, command, root, limit) for t in trials
+        ]
         failures += tell_round(study, space, trials, futures)
         if failures >= max(3, space["budget"]["batch"]):
-            raise RuntimeError(f"{failures} trials failed; see the trial logs under {folder}")
-    return export_study(study, space, storage, folder / "study.json")
+            raise RuntimeError(f"{failures} trials failed; see the trial logs under {study_folder}")
+    return export_study(study, space, storage, study_folder / "study.json", Path(root))
 
 
 def resolve_space(base: list[str], folder: Path) -> dict[str, Any]:
@@ -148,6 +178,36 @@ def resolve_space(base: list[str], folder: Path) -> dict[str, Any]:
     path = folder / "space.json"
     run_cli("resolve space", [*base, "--space", str(path)], log_path=str(folder / "space.log"))
     return json.loads(path.read_text())
+
+
+def lock_path(storage: str, study_folder: Path) -> Path:
+    """The study's lock file: beside its journal file (any flow using that journal sees it), or
+    in the study folder for an RDB URL (flows of this checkout; one machine drives a study)."""
+    if "://" in storage:
+        return study_folder / ".flow.lock"
+    journal = Path(storage)
+    return journal.with_name(f".{journal.name}.{study_folder.name}.lock")
+
+
+@contextlib.contextmanager
+def study_lock(path: Path, study: str) -> Iterator[None]:
+    """Hold `study`'s lock (flock, released when the holder exits, even when killed) or raise
+    `StudyBusyError` naming its holder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise StudyBusyError(
+                f"study {study!r} is being run by another flow ({holder}; lock {path}): wait "
+                "for it to finish, or give another --study"
+            ) from None
+        handle.truncate(0)
+        handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        handle.flush()
+        yield
 
 
 def check_scale_out(storage: str | None, dask_address: str | None) -> None:
@@ -261,12 +321,12 @@ def suggest(trial: optuna.Trial, space: dict[str, Any]) -> dict[str, Any]:
 def submit_trial(
     trial: optuna.Trial,
     space: dict[str, Any],
+    folder: Path,
     storage: str,
     command: list[str],
     root: str,
     limit: str | None,
 ) -> PrefectFuture:
-    folder = Path(root) / "ablations" / space["task"] / trial.study.study_name
     prune = space["pruning"] if space["trains"] else None
     spec = {
         "study": trial.study.study_name,
@@ -322,9 +382,10 @@ def tell_round(
 
 
 def export_study(
-    study: optuna.Study, space: dict[str, Any], storage: str, path: Path
+    study: optuna.Study, space: dict[str, Any], storage: str, path: Path, root: Path
 ) -> dict[str, Any]:
-    """Write ``study.json`` (what `setdiff promote` reads) and a Pareto table for the UI."""
+    """Write ``study.json`` (what `setdiff promote` reads) and a Pareto table for the UI; paths
+    in it are relative to `root` (the same run gives the same file on any machine)."""
     names = [o["name"] for o in space["objectives"]]
     pareto = sorted(t.number for t in study.best_trials)
     trials = [
@@ -344,7 +405,7 @@ def export_study(
         "study": study.study_name,
         "task": space["task"],
         "preset": space["preset"],
-        "storage": storage,
+        "storage": portable(storage, root),
         "objectives": space["objectives"],
         "constraints": space["constraints"],
         "pareto": pareto,
@@ -355,13 +416,15 @@ def export_study(
     key = re.sub(r"[^a-z0-9-]+", "-", f"pareto-{study.study_name}".lower())
     create_table_artifact(rows, key=key, description=f"Pareto set of {study.study_name}")
     run_logger().info(
-        "Pareto set %s; promote with: setdiff promote --task %s --study %s --preset %s",
+        "Pareto set %s; promote with: setdiff promote --task %s --study %s --preset %s "
+        "--ablations %s",
         pareto,
         space["task"],
         study.study_name,
         space["preset"],
+        portable(str(path.parents[2]), root),
     )
-    return {**summary, "export": str(path)}
+    return {**summary, "export": portable(str(path), root)}
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -389,6 +452,18 @@ def _is(trial: optuna.trial.FrozenTrial, state: str) -> bool:
     return trial.state == TrialState[state]
 
 
+def portable(location: str, root: Path) -> str:
+    """A path relative to `root` when under it; a URL without its password."""
+    if "://" not in location:
+        path = Path(location)
+        return str(path.relative_to(root)) if path.is_relative_to(root) else location
+    parts = urlsplit(location)
+    if parts.password is None:
+        return location
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def _under(root: Path, storage: str) -> str:
     """A relative journal path is relative to the repository root; URLs are kept."""
     return storage if "://" in storage else str(root / storage)
@@ -403,6 +478,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--task", default="arith")
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--root", default=".")
+    parser.add_argument(
+        "--ablations",
+        default=ADHOC,
+        help=f"folder of <task>/ study folders under --root (default {ADHOC}/, outside DVC's "
+        "outputs; the ablate stage passes ablations)",
+    )
     parser.add_argument("--study", help="study name (default: derived from the spec)")
     parser.add_argument("--storage", help="RDB URL or journal file (default: the spec's)")
     parser.add_argument("--n-trials", type=int, help="finished trials to reach")
@@ -411,7 +492,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--summary", type=Path, help="also write the summary JSON here (DVC)")
     args = vars(parser.parse_args(argv))
     summary_path = args.pop("summary")
-    summary = ablation(**args)
+    try:
+        summary = ablation(**args)
+    except StudyBusyError as err:
+        sys.exit(f"python -m flows.ablation: {err}")
     if summary_path is not None:
         _write_json(summary_path, summary)
     print(json.dumps(summary, indent=2))

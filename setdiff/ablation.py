@@ -181,7 +181,8 @@ class AblationConfig:
     """None = never prune."""
     storage: str | None = None
     """Optuna storage: an RDB URL (``postgresql://...``, ``sqlite:///...``) or a journal file
-    path; None = the journal file ``ablations/<task>/journal.log``."""
+    path; None = the journal file ``<ablations>/<task>/journal.log`` of the flow's study folder
+    (``ablations/`` for the DVC stage, ``studies/`` by hand)."""
     study: str | None = None
     """Study name; None = ``<task>-<preset>-<hash of the space and the preset it runs on>``."""
 
@@ -314,7 +315,7 @@ def resolve_space(params: Params, task: str) -> dict[str, Any]:
         "task": task,
         "preset": preset,
         "study": config.study or f"{task}-{preset}-{_fingerprint(params, config, task)}",
-        "storage": config.storage or f"ablations/{task}/journal.log",
+        "storage": config.storage,
         "objectives": [{"name": n, "direction": METRICS[n]} for n in config.objectives],
         "constraints": to_dict(config.constraints),
         "sampler": to_dict(config.sampler),

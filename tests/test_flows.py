@@ -20,6 +20,8 @@ os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -50,7 +52,7 @@ SPEC = {
 }
 
 FAKE_TRIAL = r"""
-import argparse, json, os, shutil, signal, sys
+import argparse, json, os, shutil, signal, sys, time
 parser = argparse.ArgumentParser()
 for flag in ("--space", "--spec", "--out", "--params", "--task", "--root", "--cache"):
     parser.add_argument(flag)
@@ -63,6 +65,9 @@ spec = json.load(open(args.spec))
 number, knobs = spec["number"], spec["knobs"]
 with open(os.path.join(home, "calls.log"), "a") as f:
     f.write(f"{number}\n")
+hold, deadline = os.path.join(home, "hold"), time.monotonic() + 30
+while os.path.exists(hold) and time.monotonic() < deadline:  # a long trial, until released
+    time.sleep(0.05)
 crash = os.path.join(home, "crash_once")
 if os.path.exists(crash) and int(open(crash).read()) == number:
     os.remove(crash)
@@ -114,8 +119,8 @@ def run(root: Path, command: list[str] | None, **kwargs: Any) -> dict[str, Any]:
     )
 
 
-def trials_of(summary: dict[str, Any]) -> list[optuna.trial.FrozenTrial]:
-    storage = open_storage(summary["storage"])
+def trials_of(summary: dict[str, Any], root: Path) -> list[optuna.trial.FrozenTrial]:
+    storage = open_storage(str(root / summary["storage"]))  # relative to the root
     return optuna.load_study(study_name=summary["study"], storage=storage).trials
 
 
@@ -139,7 +144,7 @@ def sequential(
 
 def test_ablation_flow_end_to_end(sequential: tuple[Path, dict[str, Any]]) -> None:
     root, summary = sequential
-    trials = trials_of(summary)
+    trials = trials_of(summary, root)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     space = json.loads((root / "space.json").read_text())
     assert len(complete) == 5 and summary["counts"]["COMPLETE"] == 5
@@ -150,7 +155,7 @@ def test_ablation_flow_end_to_end(sequential: tuple[Path, dict[str, Any]]) -> No
     assert trials[0].state == TrialState.COMPLETE
     # The training log became Optuna intermediate values (written by the task).
     assert all(t.intermediate_values.keys() == {5, 10} for t in complete)
-    export = json.loads(Path(summary["export"]).read_text())
+    export = json.loads((root / summary["export"]).read_text())
     assert export["pareto"] == summary["pareto"] != []
     assert all(t["state"] == "COMPLETE" for t in export["trials"] if t["pareto"])
 
@@ -158,11 +163,11 @@ def test_ablation_flow_end_to_end(sequential: tuple[Path, dict[str, Any]]) -> No
 def test_dask_cluster_gives_the_sequential_results(
     sequential: tuple[Path, dict[str, Any]], fake_trial: list[str], tmp_path: Path
 ) -> None:
-    _, summary = sequential
+    first, summary = sequential
     root = make_workspace(tmp_path / "dask")
     dask = run(root, fake_trial, dask_workers=2, concurrency_limit=None)
     assert dask["study"] == summary["study"]
-    assert outcome(trials_of(dask)) == outcome(trials_of(summary))
+    assert outcome(trials_of(dask, root)) == outcome(trials_of(summary, first))
 
 
 def test_killed_study_resumes_without_duplicates(
@@ -170,7 +175,7 @@ def test_killed_study_resumes_without_duplicates(
 ) -> None:
     root = make_workspace(tmp_path / "resume")
     space = json.loads((root / "space.json").read_text())
-    storage = str(root / "ablations" / "arith" / "journal.log")
+    storage = str(root / "studies" / "arith" / "journal.log")  # a study run by hand
     study = optuna.create_study(
         study_name="killed", storage=open_storage(storage), directions=["maximize", "minimize"]
     )
@@ -182,7 +187,7 @@ def test_killed_study_resumes_without_duplicates(
     flow.suggest(study.ask(), space)  # trial 1: RUNNING when the run was killed
 
     summary = run(root, fake_trial, study="killed", concurrency_limit=None)
-    trials = trials_of(summary)
+    trials = trials_of(summary, root)
     assert trials[1].state == TrialState.FAIL
     retried = [t for t in trials if t.user_attrs.get("retry_of") == 1]
     assert len(retried) == 1 and retried[0].params == trials[1].params
@@ -192,6 +197,58 @@ def test_killed_study_resumes_without_duplicates(
     assert len({json.dumps(t.params, sort_keys=True) for t in complete}) == 5
     assert 0 not in calls(root)  # the completed trial was kept, not re-run
     assert [t.number for t in trials if t.user_attrs.get("default")] == []
+
+
+def test_a_run_by_hand_leaves_the_dvc_stage_output_alone(
+    sequential: tuple[Path, dict[str, Any]], fake_trial: list[str], tmp_path: Path
+) -> None:
+    root, summary = sequential
+    assert not (root / "ablations").exists()  # the `ablate` stage's output (DVC-tracked)
+    assert summary["export"] == f"studies/arith/{summary['study']}/study.json"
+    assert (root / summary["export"]).exists() and (root / summary["storage"]).exists()
+    asked = make_workspace(tmp_path / "asked")
+    staged = run(asked, fake_trial, ablations="ablations", n_trials=1, concurrency_limit=None)
+    assert staged["export"] == f"ablations/arith/{staged['study']}/study.json"
+    assert (asked / staged["export"]).exists() and not (asked / "studies").exists()
+
+
+def test_summary_and_export_hold_no_absolute_paths(
+    sequential: tuple[Path, dict[str, Any]],
+) -> None:
+    root, summary = sequential
+    export = (root / summary["export"]).read_text()
+    for text in (json.dumps(summary), export):
+        assert str(root) not in text and str(ROOT) not in text
+    assert summary["storage"] == "studies/arith/journal.log"
+
+
+def test_a_second_flow_on_a_running_study_is_refused(
+    harness: None, fake_trial: list[str], tmp_path: Path
+) -> None:
+    root = make_workspace(tmp_path / "busy")
+    (root / "hold").touch()  # the first flow's trials wait until the second one has been tried
+    first: dict[str, Any] = {}
+
+    def run_first() -> None:
+        try:
+            first["summary"] = run(root, fake_trial, concurrency_limit=None)
+        except Exception as err:
+            first["error"] = err
+
+    thread = threading.Thread(target=run_first)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not calls(root) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        with pytest.raises(RuntimeError, match="is being run by another flow"):
+            run(root, fake_trial, concurrency_limit=None)
+    finally:
+        (root / "hold").unlink()
+        thread.join(180)
+    assert "error" not in first, first
+    assert first["summary"]["counts"]["COMPLETE"] == 5
+    assert calls(root).count(0) == 1  # the running trial was neither failed nor re-run
 
 
 def test_remote_dask_with_a_file_storage_is_a_clear_error(
@@ -212,7 +269,7 @@ def test_bad_spec_fails_before_any_trial(harness: None, tmp_path: Path) -> None:
     (root / "params.yaml").write_text(yaml.safe_dump(data))
     with pytest.raises(CommandError, match="unknown knob"):
         run(root, None)  # the real `setdiff trial --space`
-    assert not list((root / "ablations").glob("arith/*/trials"))
+    assert not list(root.glob("*/arith/*/trials"))
 
 
 def test_retries_only_for_infrastructure_faults(harness: None, tmp_path: Path) -> None:
