@@ -159,9 +159,12 @@ def read_config(directory: str | Path) -> dict[str, Any]:
     if not path.exists():
         raise FileNotFoundError(f"{directory} is not a setdiff model directory (no {CONFIG_FILE})")
     try:
-        return json.loads(path.read_text())
+        config = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: corrupt JSON ({err})") from None
+    if not isinstance(config, dict) or not isinstance(config.get("paradigm"), dict):
+        raise ValueError(f"{path}: not a model config (no paradigm record)")
+    return config
 
 
 def load_net(directory: str | Path, device: str = "cpu") -> tuple[Transformer, Paradigm, dict]:
@@ -223,12 +226,89 @@ class LoadedModel:
     path: Path
 
 
-def load_model(path: str | Path, device: str = "cpu") -> LoadedModel:
-    """Load a model directory written by the train stage (or `save_model_dir`)."""
+def load_model(
+    path: str | Path,
+    device: str = "cpu",
+    *,
+    paradigm: str | None = None,
+    task: str | None = None,
+    tokenizer: str | Path | None = None,
+) -> LoadedModel:
+    """Load a model directory written by the train stage (or `save_model_dir`).
+
+    The keyword arguments say what the caller expects (see `check_model_dir`); a directory that
+    holds something else is refused before its weights are read.
+
+    Raises:
+        ValueError: naming the directory and both sides of a mismatch.
+    """
     from setdiff.tokenizer import load_tokenizer
 
     path = Path(path)
-    net, paradigm, _ = load_net(path, device)
+    check_model_dir(path, paradigm=paradigm, task=task, tokenizer=tokenizer)
     tokenizer_path = path / TOKENIZER_FILE
-    tokenizer = load_tokenizer(tokenizer_path) if tokenizer_path.exists() else None
-    return LoadedModel(net=net, paradigm=paradigm, tokenizer=tokenizer, path=path)
+    own_tokenizer = load_tokenizer(tokenizer_path) if tokenizer_path.exists() else None
+    net, loaded_paradigm, _ = load_net(path, device)
+    return LoadedModel(net=net, paradigm=loaded_paradigm, tokenizer=own_tokenizer, path=path)
+
+
+def check_model_dir(
+    path: str | Path,
+    *,
+    paradigm: str | None = None,
+    task: str | None = None,
+    tokenizer: str | Path | None = None,
+) -> None:
+    """Refuse a model directory that holds another paradigm, task or vocabulary than expected.
+
+    Args:
+        paradigm: the paradigm the caller will label the results with (a stage's
+            ``--paradigm``, or the directory name ``models/<task>/<paradigm>``).
+        task: the task; checked against the one the train stage records in ``config.json``.
+        tokenizer: the task's ``tokenizer.json``: the model's own tokenizer must have the same
+            vocabulary (a model saved without one needs an embedding row per token). Skipped
+            when that file does not exist (stages that read raw data only).
+    Raises:
+        ValueError: naming the directory and both sides of the mismatch.
+    """
+    path = Path(path)
+    config = read_config(path)
+    found = config.get("paradigm", {}).get("name")
+    if paradigm is not None and found != paradigm:
+        raise ValueError(
+            f"{path} holds a {found!r} model, not {paradigm!r}: a model of another paradigm was "
+            "copied or saved there; retrain it (or load the right directory)"
+        )
+    if task is not None and config.get("task", task) != task:
+        raise ValueError(
+            f"{path} holds a model trained for task {config['task']!r}, not {task!r}; retrain it"
+        )
+    if tokenizer is not None and Path(tokenizer).exists():
+        _check_vocabulary(path, config, Path(tokenizer))
+
+
+def _check_vocabulary(path: Path, config: dict[str, Any], expected: Path) -> None:
+    from setdiff.tokenizer import load_tokenizer
+
+    own = path / TOKENIZER_FILE
+    if own.exists() and own.read_bytes() == expected.read_bytes():
+        return
+    task_tokenizer = load_tokenizer(expected)
+    if not own.exists():
+        rows = int(config["model"]["vocab_size"])
+        if rows < task_tokenizer.vocab_size:
+            raise ValueError(
+                f"{path} has {rows} embedding rows but the task's {expected} has "
+                f"{task_tokenizer.vocab_size} tokens; retrain the model"
+            )
+        return
+    model_tokenizer = load_tokenizer(own)
+    if (model_tokenizer.backend.get_vocab(True), model_tokenizer.special) != (
+        task_tokenizer.backend.get_vocab(True),
+        task_tokenizer.special,
+    ):
+        raise ValueError(
+            f"{own} does not match the task's {expected} ({model_tokenizer.vocab_size} vs "
+            f"{task_tokenizer.vocab_size} tokens): the model was trained on another tokenizer; "
+            "retrain it"
+        )

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from setdiff.artifacts import LoadedModel, load_model, run_id, write_json
 from setdiff.config import ConfigError, check, frozen, to_dict
-from setdiff.data import from_jsonl
+from setdiff.data import read_records
 from setdiff.evaluate import ANSWER_TASKS, score_answer
 from setdiff.measure import Row, count_new_tokens, fingerprint, peak_memory_mb, timed, write_rows
 from setdiff.params import load_params
@@ -79,10 +79,11 @@ def main(argv: list[str]) -> None:
         torch.set_num_threads(config.threads)
     from setdiff.hf import export_hf
 
+    expect = {"paradigm": "ar", "task": args.task, "tokenizer": layout.tokenizer}
+    own = load_model(layout.model("ar"), device=config.device, **expect)
     hf_dir = export_hf(layout.model("ar"), layout.model("ar-hf"))
-    own = load_model(layout.model("ar"), device=config.device)
-    records = from_jsonl((layout.raw / "test.jsonl").read_bytes())[: config.n_examples]
-    warm = from_jsonl((layout.raw / "valid.jsonl").read_bytes())[: config.warmup]
+    records = read_records(layout.raw / "test.jsonl", args.task)[: config.n_examples]
+    warm = read_records(layout.raw / "valid.jsonl", args.task)[: config.warmup]
     prompts = [[own.tokenizer.bos_id] + own.tokenizer.encode(r["prompt"]) for r in records]
     warm_prompts = [[own.tokenizer.bos_id] + own.tokenizer.encode(r["prompt"]) for r in warm]
     status: dict[str, Any] = {}

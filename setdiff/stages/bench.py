@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from setdiff.artifacts import LoadedModel, load_model, run_id, write_json, write_text
 from setdiff.config import ConfigError, check, frozen
-from setdiff.data import from_jsonl
+from setdiff.data import read_records
 from setdiff.evaluate import ANSWER_TASKS, score_answer
 from setdiff.measure import (
     Row,
@@ -167,13 +167,22 @@ def main(argv: list[str]) -> None:
     layout = Layout(args.root, args.task)
     if run.threads:
         torch.set_num_threads(run.threads)
-    models = {name: load_model(layout.model(name), device=run.device) for name in study.paradigms}
+    models = {
+        name: load_model(
+            layout.model(name),
+            run.device,
+            paradigm=name,
+            task=args.task,
+            tokenizer=layout.tokenizer,
+        )
+        for name in study.paradigms
+    }
     for config in configs:  # validate every option set before any compute
         models[config.paradigm].paradigm.decode_policy(dict(config.options))
     seq_len = models["ar"].net.config.max_seq_len
     tok = models["ar"].tokenizer
-    test = from_jsonl((layout.raw / "test.jsonl").read_bytes())[: run.n_examples]
-    warm = from_jsonl((layout.raw / "valid.jsonl").read_bytes())[: run.warmup]
+    test = read_records(layout.raw / "test.jsonl", args.task)[: run.n_examples]
+    warm = read_records(layout.raw / "valid.jsonl", args.task)[: run.warmup]
     rows: list[Row] = []
     traces: list[dict[str, Any]] = []
     for phase, records in (("warmup", warm), ("measure", test)):

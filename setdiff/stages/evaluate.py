@@ -13,7 +13,7 @@ from typing import Any
 from setdiff.artifacts import load_model, write_json, write_text
 from setdiff.batching import ArraySplit
 from setdiff.config import check, frozen
-from setdiff.data import from_jsonl
+from setdiff.data import read_records
 from setdiff.evaluate import ANSWER_TASKS, answer_rows, likelihood
 from setdiff.params import load_params
 from setdiff.stages.common import Layout, parse_args, setup_logging
@@ -49,11 +49,22 @@ def main(argv: list[str]) -> None:
     config = params.section("evaluate", EvalConfig)
     decode_options: dict[str, Any] = dict(params.get_path(f"decode.{args.paradigm}") or {})
     layout = Layout(args.root, args.task, args.paradigm)
-    model = load_model(layout.model(), device=config.device)
+    model = load_model(
+        layout.model(),
+        device=config.device,
+        paradigm=args.paradigm,
+        task=args.task,
+        tokenizer=layout.tokenizer,
+    )
     model.paradigm.decode_policy(decode_options)  # validate the options before any compute
     if config.threads:
         torch.set_num_threads(config.threads)
     test = ArraySplit.load(layout.encoded("test"))
+    if int(test.tokens.max()) >= model.net.config.vocab_size:
+        raise ValueError(
+            f"{layout.encoded('test')} holds token id {int(test.tokens.max())} but "
+            f"{layout.model()} has {model.net.config.vocab_size} embedding rows: another tokenizer"
+        )
     lik = likelihood(
         model, test, batch_size=config.batch_size, seed=config.seed, limit=config.n_likelihood
     )
@@ -68,7 +79,7 @@ def main(argv: list[str]) -> None:
     }
     rows: list[dict[str, Any]] = []
     if args.task in ANSWER_TASKS and config.n_answers > 0:
-        records = from_jsonl((layout.raw / "test.jsonl").read_bytes())[: config.n_answers]
+        records = read_records(layout.raw / "test.jsonl", args.task)[: config.n_answers]
         rows = answer_rows(
             model,
             records,

@@ -22,7 +22,7 @@ import torch
 
 from setdiff.artifacts import LoadedModel, load_model, run_id, write_json
 from setdiff.config import ConfigError, check, frozen
-from setdiff.data import TASK_LAYOUTS, from_jsonl
+from setdiff.data import TASK_LAYOUTS, read_records
 from setdiff.measure import Row, count_new_tokens, fingerprint, kv_cache_mb, write_rows
 from setdiff.params import load_params
 from setdiff.sampling.loop import GenerateResult
@@ -94,11 +94,14 @@ def main(argv: list[str]) -> None:
     if config.threads:
         torch.set_num_threads(config.threads)
     layout = Layout(args.root, args.task, args.paradigm)
-    model = load_model(layout.model(), device=config.device)
-    judge = model if args.paradigm == "ar" else load_model(layout.model("ar"), config.device)
+    expect = {"task": args.task, "tokenizer": layout.tokenizer}
+    model = load_model(layout.model(), config.device, paradigm=args.paradigm, **expect)
+    judge = model
+    if args.paradigm != "ar":
+        judge = load_model(layout.model("ar"), config.device, paradigm="ar", **expect)
     tokenizer = _check_models(model, judge, config)
     sampling = with_sampling(model, base, temperature=config.temperature, top_p=config.top_p)
-    verses = from_jsonl((layout.raw / "test.jsonl").read_bytes())
+    verses = read_records(layout.raw / "test.jsonl", args.task)
     infills = _run_infill(model, judge, tokenizer, verses, config, base)
     samples = unconditional(
         model,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from setdiff.artifacts import load_net, run_id, save_model_dir, write_json
+from setdiff.artifacts import load_model, run_id, save_model_dir, write_json
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError, frozen
 from setdiff.model import ModelConfig, Transformer
@@ -73,7 +73,7 @@ def main(argv: list[str]) -> None:
     # The starting weights: this task's AR model (a directory) or a pretrained checkpoint (a
     # path or hub id string), else None (random).
     source = init or pretrained_source(params, args.task)
-    net = _initial_net(net_config, config.seed, source, args.task)
+    net = _initial_net(net_config, config.seed, source, args.task, layout.tokenizer)
     paradigm = make_paradigm(
         args.paradigm, paradigm_cfg, mask_id=tokenizer.mask_id, attention=config.attention
     )
@@ -126,7 +126,11 @@ def main(argv: list[str]) -> None:
 
 
 def _initial_net(
-    net_config: ModelConfig, seed: int, init: Path | str | None, task: str
+    net_config: ModelConfig,
+    seed: int,
+    init: Path | str | None,
+    task: str,
+    tokenizer: Path | None = None,
 ) -> Transformer:
     """A fresh backbone; this task's trained AR weights when `init` is that model directory; or
     a pretrained Hugging Face checkpoint when `init` names one (``model.<task>.pretrained``)."""
@@ -143,7 +147,7 @@ def _initial_net(
         raise ConfigError(f"train.{task}.init_from_ar is true but {init} has no trained AR model")
     net = Transformer(net_config)
     if init is not None:
-        trained, _, _ = load_net(init)
+        trained = load_model(init, paradigm="ar", task=task, tokenizer=tokenizer).net
         if trained.config != net_config:
             raise ConfigError(f"{init}: AR model {trained.config} differs from model.{task}")
         net.load_state_dict(trained.state_dict())

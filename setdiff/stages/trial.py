@@ -50,6 +50,7 @@ from setdiff.ablation import (
 )
 from setdiff.artifacts import (
     LoadedModel,
+    check_model_dir,
     load_model,
     load_weights,
     read_config,
@@ -59,7 +60,7 @@ from setdiff.artifacts import (
 )
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError, build, to_dict
-from setdiff.data import check_task, from_jsonl
+from setdiff.data import check_task, read_records
 from setdiff.measure import Row
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import make_paradigm
@@ -164,7 +165,8 @@ def _checkpoint(plan: TrialPlan, layout: Layout, run: BenchRunConfig) -> LoadedM
     path = layout.model(plan.paradigm)
     if not (path / "config.json").exists():
         raise ConfigError(f"{path}: no trained model; run `dvc repro` (train stages) first")
-    model = load_model(path, device=run.device)
+    expect = {"paradigm": plan.paradigm, "task": layout.task, "tokenizer": layout.tokenizer}
+    model = load_model(path, device=run.device, **expect)
     if to_dict(model.paradigm.config) != to_dict(plan.config):
         raise ConfigError(
             f"{path} was trained with {to_dict(model.paradigm.config)} but the preset says "
@@ -201,7 +203,8 @@ def _trained_model(
     with _exclusive(directory.with_name(f".{key}.lock")):
         if (directory / "model.safetensors").exists():
             shutil.copyfile(directory / "train_log.jsonl", out / "train_log.jsonl")
-            model = load_model(directory, device=run.device)
+            expect = {"paradigm": plan.paradigm, "task": layout.task, "tokenizer": layout.tokenizer}
+            model = load_model(directory, device=run.device, **expect)
             return model, {"cached": True, "run_id": key, "curve": _curve(out / "train_log.jsonl")}
         return _train(params, plan, spec, layout, out, directory, config, init, key, run)
 
@@ -238,6 +241,7 @@ def _train(
     if init is not None:
         if not (init / "model.safetensors").exists():
             raise ConfigError(f"train.{layout.task}.init_from_ar is true but {init} has no model")
+        check_model_dir(init, paradigm="ar", task=layout.task, tokenizer=layout.tokenizer)
         # Built, not compared as dicts: fields added to ModelConfig later take their defaults.
         if build(ModelConfig, read_config(init)["model"], str(init)) != net_config:
             raise ConfigError(f"{init}: AR model shape differs from model.{layout.task}")
@@ -296,8 +300,8 @@ def _decode(
     tok = model.tokenizer
     label = " ".join(f"{k}={v}" for k, v in spec["knobs"].items()) or "default"
     configuration = Configuration(paradigm=plan.paradigm, label=label, options=plan.options)
-    test = from_jsonl((layout.raw / "test.jsonl").read_bytes())[: spec["budget"]["n_examples"]]
-    warm = from_jsonl((layout.raw / "valid.jsonl").read_bytes())[: run.warmup]
+    test = read_records(layout.raw / "test.jsonl", layout.task)[: spec["budget"]["n_examples"]]
+    warm = read_records(layout.raw / "valid.jsonl", layout.task)[: run.warmup]
     rows = []
     for phase, records in (("warmup", warm), ("measure", test)):
         for i, record in enumerate(records):
