@@ -32,6 +32,7 @@ from reports.document import (
     render_html,
     render_markdown,
 )
+from reports.findings import findings
 from reports.items import PROVENANCE, SECTIONS, Derived, Made, derive, make_items
 from reports.load import KINDS, Run, load_run
 from reports.style import set_theme
@@ -127,8 +128,11 @@ def summary_blocks(d: Derived, revision: str, date: str) -> list[Block]:
     run = d.run
     tasks = sorted(set(run.rows.get("task", [])) | set(run.evaluate.get("task", [])))
     series = list(dict.fromkeys(d.points.get("series", [])))
+    shows = findings(run.evaluate, run.comparisons, run.backbone)
     return [
         Heading(f"Trade-off report: preset `{run.preset or 'unknown'}`", 1),
+        Heading("What this run shows"),
+        Bullets(tuple(shows)) if shows else Text("No accuracy or speed result was found."),
         Text(
             f"Built {date} at `{revision}`. Tasks: {', '.join(tasks) or 'none'}. "
             f"Series: {', '.join(series) or 'none'}. "

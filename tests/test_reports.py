@@ -25,7 +25,7 @@ import yaml
 from matplotlib.figure import Figure
 from PIL import Image
 
-from reports import analysis, figures, study, tables
+from reports import analysis, figures, findings, study, tables
 from reports.build import build, main
 from reports.compare import compare, merge
 from reports.items import ITEMS, Derived, ablation_knobs, derive, make_items
@@ -1012,3 +1012,28 @@ def test_html_renders_offline_in_headless_chromium(built: Path, tmp_path: Path) 
     dom = subprocess.run(command, capture_output=True, text=True, timeout=120).stdout
     n = len(list((built / "figures").glob("*.png")))
     assert f"RENDERED {n} OF {n}" in dom
+
+
+def test_findings_state_accuracy_gaps_speedup_and_backbone(derived: Derived) -> None:
+    evaluate = pd.DataFrame(
+        {
+            "task": ["arith"] * 3,
+            "paradigm": ["setdlm", "ar", "mdlm"],
+            "accuracy": [0.85, 0.9, 0.5],
+            "n_answers": [500, 500, 500],
+        }
+    )
+    lines = findings.findings(evaluate, derived.run.comparisons, derived.run.backbone)
+    assert lines[0].startswith("Answer accuracy on arith (500 test prompts, greedy): ar 0.900 [")
+    assert "setdlm 0.850 [0.816, 0.879], -5.0 pts vs ar" in lines[0]
+    assert "mdlm 0.500" in lines[0] and lines[0].index("mdlm") < lines[0].index("setdlm")
+    assert lines[1].startswith("setdlm decodes 1.80× [95% CI 1.50–2.10] as many tokens/s")
+    assert "`4-heads` (-1.0 pts" in lines[2] and "`base` (-20.0 pts)" in lines[2]
+    lo, hi = findings.wilson_interval(0.0, 10)
+    assert lo == 0.0 and 0.27 < hi < 0.29  # the Wilson interval, not the degenerate normal one
+
+
+def test_report_opens_with_what_the_run_shows(built: Path) -> None:
+    text = (built / "report.md").read_text()
+    assert text.index("What this run shows") < text.index("Speed")
+    assert "setdlm decodes 1.80×" in text

@@ -1,0 +1,101 @@
+""" "What this run shows": a few sentences computed from a run's numbers (pure, no I/O).
+
+Each sentence states one comparison with its uncertainty: answer accuracy per paradigm with a
+95% Wilson interval and the gap to AR in points; the headline speedup at matched accuracy with
+its bootstrap CI (from the tradeoff stage); the best backbone of the backbone study. Nothing is
+said about an input the run does not have.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from reports.analysis import sort_paradigms
+
+Z95 = 1.959964
+
+
+def wilson_interval(accuracy: float, n: int) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion measured on n trials."""
+    if n <= 0:
+        return math.nan, math.nan
+    denom = 1 + Z95**2 / n
+    centre = (accuracy + Z95**2 / (2 * n)) / denom
+    half = Z95 * math.sqrt(accuracy * (1 - accuracy) / n + Z95**2 / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def accuracy_sentences(evaluate: pd.DataFrame) -> list[str]:
+    """Per answer task: every paradigm's accuracy [95% CI] and its gap to AR."""
+    if evaluate.empty or "accuracy" not in evaluate:
+        return []
+    out = []
+    for task, frame in sort_paradigms(evaluate.dropna(subset=["accuracy"])).groupby(
+        "task", sort=False
+    ):
+        acc = dict(zip(frame["paradigm"], frame["accuracy"].astype(float), strict=True))
+        n = dict(zip(frame["paradigm"], frame.get("n_answers", 0), strict=True))
+        parts = []
+        for paradigm, value in acc.items():
+            lo, hi = wilson_interval(value, int(n.get(paradigm) or 0))
+            gap = (
+                ""
+                if paradigm == "ar" or "ar" not in acc
+                else f", {100 * (value - acc['ar']):+.1f} pts vs ar"
+            )
+            parts.append(f"{paradigm} {value:.3f} [{lo:.3f}, {hi:.3f}]{gap}")
+        counts = sorted({int(v) for v in n.values() if v})
+        prompts = f" ({'/'.join(map(str, counts))} test prompts, greedy)" if counts else ""
+        out.append(f"Answer accuracy on {task}{prompts}: " + "; ".join(parts) + ".")
+    return out
+
+
+def speedup_sentences(comparisons: pd.DataFrame) -> list[str]:
+    """The headline: setdlm over our AR decoder at matched accuracy, with its CI."""
+    if comparisons.empty or "comparison" not in comparisons:
+        return []
+    out = []
+    for _, row in comparisons[comparisons["comparison"] == "setdlm vs ar"].iterrows():
+        missing = row.get("missing")
+        if isinstance(missing, str) and missing:
+            out.append(f"setdlm vs ar on {row['task']}: no speedup reported ({missing}).")
+            continue
+        lo, hi = row.get("ci_lo"), row.get("ci_hi")
+        ci = "" if pd.isna(lo) or pd.isna(hi) else f" [95% CI {lo:.2f}–{hi:.2f}]"
+        matched = row.get("matched") if isinstance(row.get("matched"), str) else "matched"
+        accuracy = float(row.get("method_accuracy", math.nan))
+        out.append(
+            f"setdlm decodes {row['speedup']:.2f}×{ci} as many tokens/s as AR on {row['task']} "
+            f"({matched}; setdlm {row.get('method_config')}, accuracy {accuracy:.3f})."
+        )
+    return out
+
+
+def backbone_sentences(backbone: pd.DataFrame) -> list[str]:
+    """The backbone variant with the smallest setdlm gap to its own AR, per task and D."""
+    if backbone.empty or "ar" not in backbone:
+        return []
+    out = []
+    gaps = [c for c in backbone.columns if c.startswith("setdlm_d") and c.count("_") == 1]
+    for task, frame in backbone.groupby("task", sort=False):
+        for column in gaps:
+            gap = 100 * (frame[column].astype(float) - frame["ar"].astype(float))
+            best, worst = frame.loc[gap.idxmax()], frame.loc[gap.idxmin()]
+            d = column.removeprefix("setdlm_d")
+            out.append(
+                f"Backbone study on {task}, D = {d}: setdlm comes closest to its AR with "
+                f"`{best['variant']}` ({gap.max():+.1f} pts; AR {best['ar']:.3f}) and falls "
+                f"furthest behind with `{worst['variant']}` ({gap.min():+.1f} pts)."
+            )
+    return out
+
+
+def findings(
+    evaluate: pd.DataFrame, comparisons: pd.DataFrame, backbone: pd.DataFrame
+) -> list[str]:
+    """Every sentence of the report's opening paragraph, in reading order."""
+    return (
+        accuracy_sentences(evaluate) + speedup_sentences(comparisons) + backbone_sentences(backbone)
+    )
