@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from setdiff.artifacts import LoadedModel
 from setdiff.batching import ArraySplit
@@ -29,6 +28,7 @@ from setdiff.data import (
     score_gsm,
     score_gsm8k,
 )
+from setdiff.progress import progress_bar
 from setdiff.sampling.loop import generate
 
 ANSWER_TASKS: dict[str, tuple[str, Callable[[str | None, Mapping[str, Any]], float]]] = {
@@ -96,7 +96,7 @@ def answer_rows(
     tok = model.tokenizer
     rows = []
     for i, record in enumerate(
-        tqdm(list(records), desc=f"decode {task}", disable=not show_progress)
+        progress_bar(list(records), desc=f"decode {task}", disable=not show_progress)
     ):
         prompt = [tok.bos_id] + tok.encode(record["prompt"])
         if len(prompt) >= seq_len:

@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from tqdm.auto import tqdm
 
 from setdiff.artifacts import atomic_path, write_text
 from setdiff.batching import ArraySplit
 from setdiff.config import check, frozen
 from setdiff.model import Transformer
 from setdiff.paradigm import Paradigm
+from setdiff.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -590,7 +590,7 @@ def _sigterm_as_stop() -> Iterator[Callable[[], bool]]:
 
 @contextlib.contextmanager
 def _progress(total: int, initial: int, enabled: bool) -> Iterator[Any]:
-    bar = tqdm(total=total, initial=initial, disable=not enabled, desc="train", dynamic_ncols=True)
+    bar = progress_bar(total=total, initial=initial, disable=not enabled, desc="train")
     try:
         yield bar
     finally:

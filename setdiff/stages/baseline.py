@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from tqdm.auto import tqdm
 
 from setdiff.artifacts import LoadedModel, load_model, run_id, write_json
 from setdiff.config import ConfigError, check, frozen, to_dict
@@ -33,6 +32,7 @@ from setdiff.data import read_records
 from setdiff.evaluate import ANSWER_TASKS, score_answer
 from setdiff.measure import Row, count_new_tokens, fingerprint, peak_memory_mb, timed, write_rows
 from setdiff.params import load_params
+from setdiff.progress import progress_bar
 from setdiff.sampling.loop import generate
 from setdiff.stages.common import Layout, parse_args, setup_logging
 
@@ -260,7 +260,7 @@ def _latency_rows(
         for decode in engines.values():
             decode(prompt)
     rows = []
-    for i, prompt in enumerate(tqdm(prompts, desc=f"baseline {task}")):
+    for i, prompt in enumerate(progress_bar(prompts, desc=f"baseline {task}")):
         for name, decode in engines.items():
             tokens, seconds = decode(prompt)
             rows.append(_row(task, name, own, prompt, tokens, seconds, records[i], i))

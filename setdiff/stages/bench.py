@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from setdiff.artifacts import LoadedModel, load_model, run_id, write_json, write_text
 from setdiff.config import ConfigError, check, frozen
@@ -38,6 +37,7 @@ from setdiff.measure import (
     write_rows,
 )
 from setdiff.params import Params, load_params
+from setdiff.progress import progress_bar
 from setdiff.sampling.loop import generate
 from setdiff.sampling.policies import parse_threshold
 from setdiff.stages.common import Layout, StudyConfig, parse_args, setup_logging
@@ -186,7 +186,7 @@ def main(argv: list[str]) -> None:
     rows: list[Row] = []
     traces: list[dict[str, Any]] = []
     for phase, records in (("warmup", warm), ("measure", test)):
-        for i, record in enumerate(tqdm(records, desc=f"bench {args.task} ({phase})")):
+        for i, record in enumerate(progress_bar(records, desc=f"bench {args.task} ({phase})")):
             prompt = [tok.bos_id] + tok.encode(record["prompt"])
             for config in configs:
                 row = measure(
