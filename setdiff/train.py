@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import os
+import pickle
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -147,7 +148,9 @@ def train(
     Args:
         on_eval: called with (step, eval_loss) after each evaluation (e.g. for pruning; it may
             raise to stop the run).
-        log_path: JSON-lines log of {step, train_loss, eval_loss, lr, seconds}.
+        log_path: JSON-lines log of {step, train_loss, eval_loss, lr}: no wall-clock time, so
+            a resumed or repeated run writes the same file (it travels with the model, which DVC
+            hashes); the run's time is `TrainResult.seconds`.
     """
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -202,7 +205,7 @@ def train(
             if step % config.eval_every == 0 or step == config.steps:
                 eval_loss = evaluate_loss(net, paradigm, valid_split, config, ema)
                 if is_main:
-                    _log(log_path, step, train_loss, eval_loss, scheduler, started)
+                    _log(log_path, step, train_loss, eval_loss, scheduler)
                 if on_eval is not None:
                     on_eval(step, eval_loss)
             # Under FSDP saving is a collective: every rank must take the same decision.
@@ -484,15 +487,25 @@ def _load_state(path: Path) -> dict[str, Any]:
     anything that would run code (a planted pickle) is refused naming the file."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises UnpicklingError, RuntimeError, EOFError, ...
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    except pickle.UnpicklingError as err:
         raise ValueError(
-            f"{path}: not a training state that loads safely ({reason}); delete it to start over"
+            f"{path}: refused: it holds more than tensors and plain data ({_unsafe_part(err)}), "
+            "and loading it could run code; delete it to start over"
         ) from None
+    except Exception as err:  # torch raises RuntimeError, EOFError, ... for a damaged file
+        reason = " ".join(str(err).split(". ")[0].split()) or type(err).__name__
+        raise ValueError(f"{path}: unreadable training state ({reason}); delete it") from None
     missing = [k for k in STATE_KEYS if not isinstance(state, dict) or k not in state]
     if missing:
         raise ValueError(f"{path}: not a training state (missing {missing}); delete it")
     return state
+
+
+def _unsafe_part(err: pickle.UnpicklingError) -> str:
+    """What torch's weights-only unpickler refused (e.g. ``Unsupported global: GLOBAL exec``)."""
+    marker = "WeightsUnpickler error:"
+    detail = str(err).partition(marker)[2].split(". ")[0].strip() if marker in str(err) else ""
+    return " ".join(detail.split()) or "not a torch archive of tensors"
 
 
 def _save_state(
@@ -544,14 +557,12 @@ def _log(
     train_loss: float,
     eval_loss: float,
     scheduler: Any,
-    started: float,
 ) -> None:
     record = {
         "step": step,
         "train_loss": train_loss,
         "eval_loss": eval_loss,
         "lr": scheduler.get_last_lr()[0],
-        "seconds": round(time.perf_counter() - started, 3),
     }
     log.info("step %d train %.4f eval %.4f", step, train_loss, eval_loss)
     if path is not None:

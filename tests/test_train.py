@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,30 @@ def test_resume_after_a_kill_gives_the_same_weights(tmp_path: Path) -> None:
     assert full.weights.keys() == resumed.weights.keys()
     for key in full.weights:
         assert torch.equal(full.weights[key], resumed.weights[key]), key
+
+
+def test_a_resumed_run_writes_the_same_training_log(tmp_path: Path) -> None:
+    """The log travels in the model directory (a DVC output): no wall-clock time in it, so
+    retraining or resuming to the same weights leaves the directory's hash unchanged."""
+    split, paradigm = copy_task(), make_paradigm("ar", mask_id=3)
+    config = TrainConfig(
+        steps=20, batch_size=8, warmup_steps=2, eval_every=5, checkpoint_every=5, eval_examples=8
+    )
+    full = tmp_path / "full.jsonl"
+    train(fresh(), paradigm, split, split, config, log_path=full, show_progress=False)
+
+    def kill_at_15(step: int, loss: float) -> None:
+        if step == 15:
+            raise KeyboardInterrupt
+
+    resumed, ckpt = tmp_path / "resumed.jsonl", tmp_path / "ckpt"
+    with pytest.raises(KeyboardInterrupt):
+        train(fresh(), paradigm, split, split, config, checkpoint_dir=ckpt, log_path=resumed,
+              on_eval=kill_at_15, show_progress=False)  # fmt: skip
+    train(fresh(), paradigm, split, split, config, checkpoint_dir=ckpt, log_path=resumed,
+          show_progress=False)  # fmt: skip
+    assert resumed.read_bytes() == full.read_bytes()
+    assert [json.loads(line)["step"] for line in full.read_text().splitlines()] == [5, 10, 15, 20]
 
 
 def test_same_seed_same_weights_different_seed_different() -> None:
