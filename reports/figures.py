@@ -57,10 +57,25 @@ def _label(name: str, run: object) -> str:
     return name if run is None else f"{name} ({run})"
 
 
+def _short_config(config: object) -> str:
+    """``threshold=0.9 window=4`` -> ``τ0.9 W4`` (labels that fit beside a point)."""
+    text = str(config)
+    for long, short in (("threshold=", "τ"), ("window=", "W"), ("order=", ""), ("=", "")):
+        text = text.replace(long, short)
+    return text
+
+
 def _draw_quality_series(
-    ax: Axes, group: pd.DataFrame, x: str, label: str, run_index: int, gid: str
+    ax: Axes,
+    group: pd.DataFrame,
+    x: str,
+    label: str,
+    run_index: int,
+    gid: str,
+    labelled: pd.Series | None = None,
 ) -> None:
-    """Points with 95% CI bars, the series' Pareto front as a line, frontier configs labelled."""
+    """Points with 95% CI bars, the series' Pareto front as a line; the configurations that
+    `labelled` marks (the task's overall Pareto front) get their short config label."""
     first = group.iloc[0]
     color = series_color(first["paradigm"], first["engine"])
     group = group.sort_values(x)
@@ -92,10 +107,11 @@ def _draw_quality_series(
         gid=f"frontier:{gid}",
         label=f"_frontier {label}",
     )
+    marked = group if labelled is None else group[labelled.reindex(group.index, fill_value=False)]
     if run_index == 0 and len(group) > 1:
-        for row in front.itertuples():
+        for row in marked.itertuples():
             ax.annotate(
-                str(row.config),
+                _short_config(row.config),
                 (getattr(row, x), row.accuracy),
                 xytext=(3, 3),
                 textcoords="offset points",
@@ -108,11 +124,14 @@ def _plot_quality_vs(points: pd.DataFrame, x: str) -> Figure:
     label, _, log = QUALITY_X[x]
     tasks = _unique(points, "task")
     axes = _grid(1, len(tasks))
+    _, larger, _ = QUALITY_X[x]
     for ax, task in zip(axes[0], tasks, strict=True):
-        for run_index, run, frame in _runs(points[points["task"] == task]):
+        for run_index, run, frame in _runs(_one_ar_per_engine(points[points["task"] == task])):
+            overall = pareto_mask(frame, x, larger_x=larger)
             for series, group in frame.groupby("series", sort=False):
                 name = _label(str(series), run)
-                _draw_quality_series(ax, group, x, name, run_index, f"{task}:{name}")
+                gid = f"{task}:{name}"
+                _draw_quality_series(ax, group, x, name, run_index, gid, labelled=overall)
         ax.set(xlabel=label, ylabel="accuracy (exact match)", title=str(task))
         if log:
             ax.set_xscale("log")
@@ -127,6 +146,18 @@ def _plot_quality_vs(points: pd.DataFrame, x: str) -> Figure:
     fig = axes[0, 0].figure
     fig.suptitle("bars: 95% bootstrap CI over examples; lines: Pareto front", fontsize="small")
     return fig
+
+
+def _one_ar_per_engine(points: pd.DataFrame) -> pd.DataFrame:
+    """Drop the baseline stage's ``ar · setdiff`` series where the bench measured our AR too:
+    the same model on the same engine (its side-by-side numbers stay in the engines table)."""
+    if "source" not in points or "series" not in points:
+        return points
+    own_ar = (points["paradigm"] == "ar") & (points["engine"] == "setdiff")
+    bench_ar = own_ar & (points["source"] == "bench")
+    if not bench_ar.any():
+        return points
+    return points[~(own_ar & (points["source"] != "bench"))]
 
 
 def plot_quality_vs_throughput(points: pd.DataFrame) -> Figure:
