@@ -86,7 +86,10 @@ def generate(
     prompt = _as_ids(prompt_ids, "prompt_ids", vocab_size)
     suffix = _as_ids(suffix_ids, "suffix_ids", vocab_size) if suffix_ids is not None else []
     max_new_tokens, seed = _as_int(max_new_tokens, "max_new_tokens"), _as_int(seed, "seed")
-    stops = [_as_int(i, "stop_ids") for i in _as_sequence(stop_ids, "stop_ids", "token ids")]
+    stops = [
+        _as_int(i, f"stop_ids[{n}]")
+        for n, i in enumerate(_as_sequence(stop_ids, "stop_ids", "token ids"))
+    ]
     strings = _as_sequence(stop_strings, "stop_strings", "strings")
     if not all(isinstance(s, str) for s in strings):
         raise ValueError(f"stop_strings must hold strings, got {list(strings)!r}")
@@ -229,7 +232,7 @@ def _as_ids(ids: Any, name: str, vocab_size: int) -> list[int]:
         if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
             raise ValueError(f"{name} must hold integer token ids, got a {ids.dtype} tensor")
         ids = ids.tolist()
-    out = [_as_int(i, name) for i in _as_sequence(ids, name, "token ids")]
+    out = [_as_int(i, f"{name}[{n}]") for n, i in enumerate(_as_sequence(ids, name, "token ids"))]
     outside = [i for i in out if not 0 <= i < vocab_size]
     if outside:
         raise ValueError(
