@@ -419,12 +419,16 @@ def plot_frontier_distance(orders: pd.DataFrame) -> Figure:
 # --- training ---------------------------------------------------------------------------------
 
 
-def plot_training_curves(log: pd.DataFrame) -> Figure:
+def plot_training_curves(log: pd.DataFrame, starts: dict[str, float] | None = None) -> Figure:
     """Train loss and eval loss vs step, one line per paradigm (and run), one row per task.
 
     Args:
         log: train logs (task, paradigm, step, train_loss, eval_loss[, run]).
+        starts: per task, the step the diffusion fine-tunes start from (the AR model's last
+            step when they are initialised from it): their curves are drawn after it, with a
+            dotted line where the fine-tunes begin.
     """
+    starts = starts or {}
     tasks = _unique(log, "task")
     metrics = [m for m in ("train_loss", "eval_loss") if m in log]
     axes = _grid(len(tasks), len(metrics), width=5.5, height=3.6)
@@ -435,8 +439,9 @@ def plot_training_curves(log: pd.DataFrame) -> Figure:
                     curve = frame[frame["paradigm"] == paradigm].dropna(subset=[metric])
                     curve = curve.sort_values("step")
                     name = _label(paradigm, run)
+                    offset = 0.0 if paradigm == "ar" else starts.get(str(task), 0.0)
                     ax.plot(
-                        curve["step"].to_numpy(float),
+                        curve["step"].to_numpy(float) + offset,
                         curve[metric].to_numpy(float),
                         marker=".",
                         label=name,
@@ -444,6 +449,9 @@ def plot_training_curves(log: pd.DataFrame) -> Figure:
                         linestyle=RUN_LINESTYLES[run_index % len(RUN_LINESTYLES)],
                         gid=f"{metric}:{task}:{name}",
                     )
+            if starts.get(str(task)):
+                start = starts[str(task)]
+                ax.axvline(start, color=MUTED_COLOR, linestyle=":", gid=f"fine_tune_start:{task}")
             ax.set(xlabel="step", ylabel=metric.replace("_", " "), title=f"{task}: {metric}")
             ax.legend(fontsize="small")
     return axes[0, 0].figure

@@ -69,6 +69,21 @@ class Item:
     caption: str = ""
 
 
+def fine_tune_starts(run: Run) -> dict[str, float]:
+    """Per task: the AR model's last logged step, when its diffusion models start from it
+    (``train.<task>.init_from_ar``, true unless the params say otherwise)."""
+    log, train = run.train_log, run.params.get("train")
+    if log.empty or "paradigm" not in log:
+        return {}
+    ar = log[log["paradigm"] == "ar"].groupby("task")["step"].max()
+    recipes = train if isinstance(train, dict) else {}
+    return {
+        str(task): float(step)
+        for task, step in ar.items()
+        if not isinstance(recipes.get(task), dict) or recipes[task].get("init_from_ar", True)
+    }
+
+
 def _when(frame: pd.DataFrame, make: Callable[[pd.DataFrame], Output]) -> Output:
     return None if frame.empty else make(frame)
 
@@ -271,7 +286,9 @@ ITEMS: tuple[Item, ...] = (
         title="Training curves",
         section=TRAINING,
         needs=("train_log",),
-        make=lambda d: _when(d.run.train_log, figures.plot_training_curves),
+        make=lambda d: _when(
+            d.run.train_log, lambda f: figures.plot_training_curves(f, fine_tune_starts(d.run))
+        ),
         caption="Train loss (left) and eval loss (right) vs step, per paradigm.",
     ),
     Item(

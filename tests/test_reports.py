@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import dataclasses
 import io
 import json
 import re
@@ -25,7 +26,7 @@ import yaml
 from matplotlib.figure import Figure
 from PIL import Image
 
-from reports import analysis, figures, findings, study, tables
+from reports import analysis, figures, findings, items, study, tables
 from reports.build import build, main
 from reports.compare import compare, merge
 from reports.items import ITEMS, Derived, ablation_knobs, derive, make_items
@@ -757,6 +758,20 @@ def test_training_curves_match_logs(derived: Derived) -> None:
             np.testing.assert_allclose(line.get_ydata(), group.sort_values("step")[metric])
     for ax in fig.axes:
         assert _legend(ax) == list(PARADIGMS)
+
+
+def test_fine_tunes_are_drawn_after_the_ar_steps_they_start_from(derived: Derived) -> None:
+    log = derived.run.train_log
+    starts = items.fine_tune_starts(derived.run)
+    assert starts == {"arith": 40.0, "text": 40.0}  # no params: init_from_ar defaults to true
+    lines = _by_gid(
+        [ln for ax in figures.plot_training_curves(log, starts).axes for ln in ax.lines], ""
+    )
+    ar_steps = log[(log["task"] == "arith") & (log["paradigm"] == "ar")]["step"].sort_values()
+    np.testing.assert_allclose(lines["eval_loss:arith:ar"].get_xdata(), ar_steps)
+    np.testing.assert_allclose(lines["eval_loss:arith:setdlm"].get_xdata(), ar_steps + 40)
+    run = dataclasses.replace(derived.run, params={"train": {"arith": {"init_from_ar": False}}})
+    assert items.fine_tune_starts(run) == {"text": 40.0}
 
 
 # --- tables -----------------------------------------------------------------------------------
