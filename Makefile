@@ -1,5 +1,6 @@
 # Two commands do all set-up on a fresh machine (see README):
-#   make run    install, then run the pipeline (`dvc repro`) on PRESET (default: default)
+#   make run    install, run the pipeline (`dvc repro`) on PRESET (default: default), print
+#               the headline numbers and where the report is (`setdiff summary`)
 #   make test   install, then run the test suite
 VENV ?= .venv
 PRESET ?= default
@@ -30,7 +31,7 @@ install: $(BIN)/.installed
 run: install
 	$(BIN)/setdiff preset $(PRESET)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/dvc repro
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/dvc metrics show
+	$(BIN)/setdiff summary
 
 test: install
 	$(BIN)/pytest -n 2 --timeout 900

@@ -29,6 +29,7 @@ STAGES: dict[str, str] = {
     "promote": "Write an ablation study's Pareto configurations into params/<preset>.yaml.",
     "textgen": "Text quality: verse infilling and unconditional generation of one model.",
     "backbone": "Backbone study: AR and setdlm accuracy per backbone variant; metrics/.",
+    "summary": "Headline numbers of a run (--write: record metrics/summary.json); ends make run.",
 }
 
 

@@ -22,8 +22,14 @@ ENV = {
 }
 
 
+def env(repo: Path) -> dict[str, str]:
+    """ENV running `repo`'s own code: the editable install maps `setdiff` (the console script
+    DVC stages call) to the live checkout, which others may be editing meanwhile."""
+    return {**ENV, "PYTHONPATH": str(repo)}
+
+
 def sh(*cmd: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=cwd, env=ENV, check=check, capture_output=True, text=True)
+    return subprocess.run(cmd, cwd=cwd, env=env(cwd), check=check, capture_output=True, text=True)
 
 
 def copy_checkout(dest: Path) -> Path:

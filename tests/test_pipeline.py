@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from checkout import ENV, copy_checkout, sh
+import yaml
+from checkout import copy_checkout, env, sh
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +37,32 @@ def test_smoke_preset_reproduces_and_second_run_is_a_noop(repo: Path) -> None:
 
 
 @pytest.mark.slow
+def test_the_record_is_readable_portable_and_stable(repo: Path) -> None:
+    """After the smoke run: `setdiff summary` (the end of `make run`) prints the headline in a
+    few lines, `dvc metrics show` is one short row, no metrics file names this checkout's path,
+    and retraining to the same weights leaves the model's hash, so nothing downstream is stale."""
+    shown = sh("setdiff", "summary", cwd=repo).stdout
+    assert "accuracy" in shown and "setdlm" in shown and "x AR (95% CI" in shown, shown
+    assert "reports/out/report.md" in shown and "not built" not in shown
+    assert len(shown.splitlines()) <= 10 and max(map(len, shown.splitlines())) <= 100
+    table = sh("dvc", "metrics", "show", cwd=repo).stdout.splitlines()
+    assert len(table) <= 3 and max(map(len, table)) <= 300, table
+    for path in sorted((repo / "metrics").rglob("*.json")):
+        assert str(repo) not in path.read_text(), path
+    before = _out_hash(repo, "train_ar@arith", "models/arith/ar")
+    sh("dvc", "repro", "--force", "--single-item", "train_ar@arith", cwd=repo)
+    assert _out_hash(repo, "train_ar@arith", "models/arith/ar") == before
+    status = sh("dvc", "status", cwd=repo).stdout
+    for stage in ("train@arith-setdlm", "evaluate@arith-ar", "bench@arith", "ablate@arith"):
+        assert f"{stage}:" not in status, status
+
+
+def _out_hash(repo: Path, stage: str, path: str) -> str:
+    lock = yaml.safe_load((repo / "dvc.lock").read_text())
+    return next(out["md5"] for out in lock["stages"][stage]["outs"] if out["path"] == path)
+
+
+@pytest.mark.slow
 def test_killed_training_resumes_from_its_checkpoint(repo: Path) -> None:
     """SIGKILL mid-training, then `dvc repro` again: the stage resumes, nothing is lost."""
     sh("setdiff", "preset", "smoke", cwd=repo)
@@ -47,7 +74,7 @@ def test_killed_training_resumes_from_its_checkpoint(repo: Path) -> None:
     proc = subprocess.Popen(
         ["dvc", "repro", "train_ar@arith"],
         cwd=repo,
-        env=ENV,
+        env=env(repo),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
