@@ -82,6 +82,8 @@ def backbone_sentences(backbone: pd.DataFrame) -> list[str]:
     for task, frame in backbone.groupby("task", sort=False):
         for column in gaps:
             gap = 100 * (frame[column].astype(float) - frame["ar"].astype(float))
+            if gap.dropna().empty:
+                continue
             best, worst = frame.loc[gap.idxmax()], frame.loc[gap.idxmin()]
             d = column.removeprefix("setdlm_d")
             out.append(

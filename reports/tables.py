@@ -226,10 +226,14 @@ def backbone_table(backbone: pd.DataFrame) -> pd.DataFrame:
     for column in accuracy:
         acc = backbone[column].astype(float)
         se = (acc * (1 - acc) / n).pow(0.5)
-        table[_accuracy_title(column)] = [fmt_pm(a, s) for a, s in zip(acc, se, strict=True)]
+        table[_accuracy_title(column)] = [
+            "not run yet" if math.isnan(a) else fmt_pm(a, s) for a, s in zip(acc, se, strict=True)
+        ]
         if column != "ar" and not column.endswith("_w1"):
             gap = 100 * (acc - backbone["ar"].astype(float))
-            table[f"gap {column.removeprefix('setdlm_')} (pts)"] = gap.map(lambda v: f"{v:+.1f}")
+            table[f"gap {column.removeprefix('setdlm_')} (pts)"] = gap.map(
+                lambda v: "" if math.isnan(v) else f"{v:+.1f}"
+            )
     return table
 
 

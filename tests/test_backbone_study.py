@@ -27,13 +27,16 @@ PARAMS: dict[str, Any] = {
 }
 
 
-def _run(root: Path, params: dict[str, Any]) -> dict[str, Any]:
+_NOT_RUN = "not run yet (setdiff backbone computes it)"
+
+
+def _run(root: Path, params: dict[str, Any], *extra: str) -> dict[str, Any]:
     path = root / "params.yaml"
     path.write_text(yaml.safe_dump(params))
-    args = ["--params", str(path), "--task", "arith", "--root", str(root)]
+    args = ["--params", str(path), "--task", "arith", "--root", str(root), *extra]
     if not (root / "data" / "arith" / "encoded").exists():
-        prepare.main(args)
-        tokenize.main(args)
+        prepare.main(args[:6])
+        tokenize.main(args[:6])
     backbone.main(args)
     return json.loads((root / "metrics" / "backbone" / "arith.json").read_text())
 
@@ -60,8 +63,12 @@ def test_one_row_per_variant_and_finished_variants_are_kept(
     assert trained == []
     changed = json.loads(json.dumps(PARAMS))
     changed["backbone"]["variants"]["four-heads"]["n_kv_head"] = 2
-    _run(tmp_path, changed)
+    changed["backbone"]["variants"]["later"] = {"d_ff": 32}
+    # A share of the study (--only): the table lists the rest as not run yet.
+    partial = _run(tmp_path, changed, "--only", "four-heads")
     assert trained == [4]
+    assert [row.get("missing", "") for row in partial["rows"]] == ["", "", _NOT_RUN]
+    assert partial["rows"][1]["model"]["n_kv_head"] == 2
 
 
 def test_unknown_model_field_names_the_variant(tmp_path: Path) -> None:

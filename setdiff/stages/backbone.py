@@ -6,8 +6,8 @@ and one training recipe each for AR and the fine-tunes. For every variant it tra
 scratch, fine-tunes setdlm at each D from that AR (the paper's recipe), and decodes
 ``n_examples`` test prompts greedily (AR; setdlm at W = D and at W = 1, threshold off).
 
-``--only a,b`` runs just those variants (to share the study between processes by hand); a
-run without it writes the table, reusing every stored variant.
+``--only a,b`` runs just those variants (to share the study between processes by hand); the
+table always lists every variant of the config: stored ones, and the rest as not run yet.
 
 Each finished variant is written to ``results/backbone/<task>/<variant>.json`` at once; a re-run
 skips variants whose record matches the current config, so a kill loses no finished variant.
@@ -87,27 +87,29 @@ def main(argv: list[str]) -> None:
     data = _Data(args.task, tokenizer, train_split, valid_split, records)
     budget = {k: v for k, v in to_dict(study).items() if k != "variants"}
     out_dir = Path(args.root) / "results" / "backbone" / args.task
-    rows = []
+    specs = {
+        name: {"model": to_dict(config), "ar_context_loss": context_loss, "budget": budget}
+        for name, (config, context_loss) in variants.items()
+    }
     for name, (config, context_loss) in variants.items():
-        if only is not None and name not in only:
-            continue
-        spec = {"model": to_dict(config), "ar_context_loss": context_loss, "budget": budget}
-        rows.append(
+        if only is None or name in only:
             _cached(
                 out_dir / f"{name}.json",
-                spec,
+                specs[name],
                 lambda n=name, c=config, x=context_loss: _run_variant(n, c, x, study, data),
             )
-        )
-    if only is not None:  # a share of the study (parallel by hand): the table is not complete
-        return
+    # The table: every variant of the config, from the store (a share run with --only leaves
+    # the others as "not run yet").
+    rows = [
+        _stored(out_dir / f"{name}.json", spec) or _not_run(name) for name, spec in specs.items()
+    ]
     summary = {"task": args.task, "n_examples": len(records), **budget, "rows": rows}
     write_json(Path(args.root) / "metrics" / "backbone" / f"{args.task}.json", summary)
 
 
 def _only(argv: list[str]) -> tuple[list[str] | None, list[str]]:
     """``--only a,b``: run just these variants (to share a study between processes by hand);
-    the table is written by a run without it, which reuses every stored variant."""
+    the table lists every variant, the others from the store or as not run yet."""
     if "--only" not in argv:
         return None, argv
     i = argv.index("--only")
@@ -127,16 +129,30 @@ def _variant(
     return build(ModelConfig, merged, where), context_loss
 
 
+def _digest(spec: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _stored(path: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
+    """The row stored at `path` when it was computed for exactly this spec."""
+    if not path.exists():
+        return None
+    stored = json.loads(path.read_text())
+    return stored["row"] if stored.get("spec_hash") == _digest(spec) else None
+
+
+def _not_run(name: str) -> dict[str, Any]:
+    return {"variant": name, "missing": "not run yet (setdiff backbone computes it)"}
+
+
 def _cached(path: Path, spec: dict[str, Any], run: Any) -> dict[str, Any]:
     """The stored row when it was computed for this exact spec, else a fresh one (saved)."""
-    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
-    if path.exists():
-        stored = json.loads(path.read_text())
-        if stored.get("spec_hash") == digest:
-            log.info("backbone: %s already done (%s)", path.stem, path)
-            return stored["row"]
+    row = _stored(path, spec)
+    if row is not None:
+        log.info("backbone: %s already done (%s)", path.stem, path)
+        return row
     row = run()
-    write_json(path, {"spec_hash": digest, "row": row})
+    write_json(path, {"spec_hash": _digest(spec), "row": row})
     return row
 
 
