@@ -78,7 +78,7 @@ def test_summary_records_the_headline_flat_and_prints_it_short(
     lines = written.splitlines()
     assert 3 <= len(lines) <= 10 and max(map(len, lines)) <= 100, written
     assert "1.84x" in written and "1.61" in written and "2.10" in written
-    assert "ar 0.930" in written and "setdlm 0.910" in written
+    assert "ar 0.930  mdlm 0.610  bd3lm 0.820  aogpt 0.700  setdlm 0.910" in written  # study order
     assert "vLLM" in written and "skipped" in written and "results/baseline/arith.json" in written
     assert "reports/out/report.md" in written
     # `make run`'s last step: print the recorded summary again, nothing recomputed.

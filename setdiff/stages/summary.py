@@ -18,6 +18,7 @@ from typing import Any
 
 from setdiff.artifacts import write_json
 from setdiff.config import ConfigError
+from setdiff.paradigm import PARADIGMS
 from setdiff.params import Params, load_params
 
 SUMMARY = Path("metrics/summary.json")
@@ -92,7 +93,8 @@ def format_summary(record: dict[str, Any], root: Path) -> list[str]:
         if not isinstance(entry, dict):
             continue
         if "accuracy" in entry:
-            values = "  ".join(f"{p} {v:.3f}" for p, v in entry["accuracy"].items())
+            ordered = sorted(entry["accuracy"].items(), key=lambda item: _rank(item[0]))
+            values = "  ".join(f"{p} {v:.3f}" for p, v in ordered)
             lines.append(f"  {task:<6} accuracy  {values}")
         if "setdlm_speedup" in entry:
             ci = _ci(entry["setdlm_speedup_ci_low"], entry["setdlm_speedup_ci_high"])
@@ -109,6 +111,12 @@ def format_summary(record: dict[str, Any], root: Path) -> list[str]:
     built = "" if (root / REPORT).exists() else " (not built yet)"
     lines.append(f"Report: {REPORT}{built}; HTML beside it (report.html)")
     return lines
+
+
+def _rank(paradigm: str) -> int:
+    """The study's order (ar first); the recorded JSON is sorted by name."""
+    names = list(PARADIGMS)
+    return names.index(paradigm) if paradigm in names else len(names)
 
 
 def _ci(low: float, high: float) -> str:
