@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 from setdiff.config import build, to_dict
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import PARADIGMS, Paradigm, make_paradigm
-from setdiff.tokenizer import SPECIAL_MAP_FILE
+from setdiff.tokenizer import SPECIAL_MAP_FILE, load_tokenizer
 
 CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = "config.json", "model.safetensors", "tokenizer.json"
 
@@ -242,8 +242,6 @@ def load_model(
     Raises:
         ValueError: naming the directory and both sides of a mismatch.
     """
-    from setdiff.tokenizer import load_tokenizer
-
     path = Path(path)
     check_model_dir(path, paradigm=paradigm, task=task, tokenizer=tokenizer)
     tokenizer_path = path / TOKENIZER_FILE
@@ -273,7 +271,7 @@ def check_model_dir(
     """
     path = Path(path)
     config = read_config(path)
-    found = config.get("paradigm", {}).get("name")
+    found = config["paradigm"].get("name")
     if paradigm is not None and found != paradigm:
         raise ValueError(
             f"{path} holds a {found!r} model, not {paradigm!r}: a model of another paradigm was "
@@ -288,8 +286,6 @@ def check_model_dir(
 
 
 def _check_vocabulary(path: Path, config: dict[str, Any], expected: Path) -> None:
-    from setdiff.tokenizer import load_tokenizer
-
     own = path / TOKENIZER_FILE
     if own.exists() and own.read_bytes() == expected.read_bytes():
         return
