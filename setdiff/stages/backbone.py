@@ -34,7 +34,7 @@ import torch
 from setdiff.artifacts import LoadedModel, write_json
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError, build, check, frozen, to_dict
-from setdiff.data import from_jsonl
+from setdiff.data import read_records
 from setdiff.evaluate import ANSWER_TASKS, answer_rows
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import ARConfig, SetDLMConfig, make_paradigm
@@ -83,7 +83,7 @@ def main(argv: list[str]) -> None:
     unknown = sorted(set(only or ()) - set(variants))
     if unknown:
         raise ConfigError(f"--only: unknown variant(s) {unknown}; {where} has {list(variants)}")
-    records = from_jsonl((layout.raw / "test.jsonl").read_bytes())[: study.n_examples]
+    records = read_records(layout.raw / "test.jsonl", args.task)[: study.n_examples]
     data = _Data(args.task, tokenizer, train_split, valid_split, records)
     budget = {k: v for k, v in to_dict(study).items() if k != "variants"}
     out_dir = Path(args.root) / "results" / "backbone" / args.task
