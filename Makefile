@@ -28,7 +28,16 @@ $(BIN)/.installed: pyproject.toml
 
 install: $(BIN)/.installed
 
+# VLLM=0 skips building the optional vLLM CPU environment (the baseline stage then reports vLLM
+# as unavailable, with the reason, in results/baseline/<task>.json and the report).
+VLLM ?= 1
+
 run: install
+	@if [ "$(VLLM)" = 1 ] && [ -z "$$SETDIFF_VLLM_PYTHON" ]; then \
+	  $(MAKE) --no-print-directory vllm-env > vllm-env.log 2>&1 \
+	    && echo "make run: vLLM CPU environment ready (.venv-vllm)" \
+	    || echo "make run: vLLM CPU environment could not be built (see vllm-env.log); the run goes on without it and the report says so"; \
+	fi
 	$(BIN)/setdiff preset $(PRESET)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/dvc repro
 	$(BIN)/setdiff summary

