@@ -136,7 +136,8 @@ ITEMS: tuple[Item, ...] = (
         make=lambda d: _when(d.points, figures.plot_quality_vs_throughput),
         caption=(
             "One point per configuration with its 95% bootstrap CI over examples; the line is each "
-            "series' Pareto front (configurations labelled). AR engines are separate series."
+            "series' Pareto front; labels mark the configurations on the task's overall front "
+            "(τ threshold, W window). Each AR engine is one series (our decoder: `ar`)."
         ),
     ),
     Item(

@@ -1035,6 +1035,19 @@ def test_html_renders_offline_in_headless_chromium(built: Path, tmp_path: Path) 
     dom = subprocess.run(command, capture_output=True, text=True, timeout=120).stdout
     n = len(list((built / "figures").glob("*.png")))
     assert f"RENDERED {n} OF {n}" in dom
+    # A screenshot of the report itself, as a reader sees it: a page with text and figures.
+    shot = tmp_path / "report.png"
+    screenshot = [c for c in command if c not in ("--dump-dom", page.as_uri())]
+    screenshot += [
+        "--window-size=1280,4000",
+        f"--screenshot={shot}",
+        (built / "report.html").as_uri(),
+    ]
+    subprocess.run(screenshot, capture_output=True, timeout=120, check=True)
+    with Image.open(shot) as image:
+        assert image.size == (1280, 4000)
+        colours = image.convert("RGB").getcolors(maxcolors=1 << 16)
+    assert colours is None or len(colours) > 50  # not a blank or error page
 
 
 def test_findings_state_accuracy_gaps_speedup_and_backbone(derived: Derived) -> None:
