@@ -17,8 +17,9 @@ first holds the study's lock; the lock goes with its process, so a killed run ca
 as FAIL and enqueues their params again, enqueues the preset's configuration as the first trial,
 then runs rounds of ``budget.batch`` trials: ask, submit one `run_trial` task each, tell the
 results in trial order. Because the sampler only sees results between rounds, a study is the
-same sequentially and on Dask. Proposals that repeat a finished trial are told FAIL (``duplicate``) and replaced by an
-untried grid point, so no configuration runs twice. At the end it exports
+same sequentially and on Dask. Proposals that repeat a finished trial are told FAIL
+(``duplicate``) and replaced by an untried grid point, so no configuration runs twice. At the end
+it exports
 ``<ablations>/<task>/<study>/study.json`` (every trial, the Pareto set) for ``setdiff promote``;
 its paths, like the returned summary's, are relative to the repository root.
 
