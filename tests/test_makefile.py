@@ -46,7 +46,7 @@ def _make_run(checkout: Path, installer: str, *args: str) -> str:
 
 
 def test_a_failed_vllm_install_does_not_stop_the_run(checkout: Path) -> None:
-    out = _make_run(checkout, 'echo "no wheel for this platform"; exit 1')
+    out = _make_run(checkout, 'mkdir -p "$1"; echo "no wheel for this platform"; exit 1')
     assert "could not be built (see vllm-env.log)" in out
     assert "no wheel for this platform" in (checkout / "vllm-env.log").read_text()
     assert not (checkout / ".venv-vllm").exists()
@@ -54,10 +54,18 @@ def test_a_failed_vllm_install_does_not_stop_the_run(checkout: Path) -> None:
     assert calls == ["setdiff preset default", "dvc repro", "setdiff summary"]
 
 
+def test_a_dry_run_builds_nothing(checkout: Path) -> None:
+    _stub(checkout / "scripts" / "install-vllm-cpu.sh", "touch built")
+    subprocess.run(["make", "-n", "run"], cwd=checkout, capture_output=True, check=True)
+    assert not (checkout / "built").exists() and not (checkout / "calls").exists()
+
+
 def test_vllm_env_is_built_once_and_can_be_skipped(checkout: Path) -> None:
-    installer = 'mkdir -p "$1/bin" && touch "$1/bin/python" && echo built >> installs'
+    installer = 'mkdir -p "$1/bin" && touch "$1/bin/python" && chmod +x "$1/bin/python"'
+    installer += " && echo built >> installs"
     assert "vLLM CPU environment ready" in _make_run(checkout, installer)
     _make_run(checkout, installer)
     assert (checkout / "installs").read_text().split() == ["built"]  # present: not rebuilt
+    (checkout / ".venv-vllm" / "bin" / "python").unlink()
     out = _make_run(checkout, "exit 1", "VLLM=0")
     assert "vLLM" not in out
