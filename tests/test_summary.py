@@ -4,6 +4,7 @@ with), recorded in a flat `metrics/summary.json` (the file `dvc metrics show` pr
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -103,8 +104,15 @@ def test_printing_before_a_run_names_the_missing_file(tmp_path: Path) -> None:
 
 
 def test_make_run_ends_with_the_summary_not_a_wide_table() -> None:
+    # Under `make test` the parent make's MAKELEVEL would add "make[1]: Leaving directory" lines.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
     dry = subprocess.run(
-        ["make", "-n", "run"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["make", "--no-print-directory", "-n", "run"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     last = dry.strip().splitlines()[-1]
     assert last.endswith("setdiff summary") and "metrics show" not in dry
