@@ -17,6 +17,9 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export TRANSFORMERS_OFFLINE ?= 1
 export VLLM_NO_USAGE_STATS := 1
 export TOKENIZERS_PARALLELISM := false
+# Prefect's ephemeral API server (the ablation flow) gets 20 s to start by default; a loaded
+# 2-core machine can need more.
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 
 .PHONY: install run test lint vllm-env
 
