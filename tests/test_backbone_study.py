@@ -57,7 +57,7 @@ def test_one_row_per_variant_and_finished_variants_are_kept(
     trained: list[int] = []
     original = backbone._run_variant
     monkeypatch.setattr(
-        backbone, "_run_variant", lambda *a: trained.append(a[1].n_head) or original(*a)
+        backbone, "_run_variant", lambda *a: trained.append(a[1].model.n_head) or original(*a)
     )
     assert _run(tmp_path, PARAMS)["rows"] == table["rows"]
     assert trained == []
@@ -75,4 +75,44 @@ def test_unknown_model_field_names_the_variant(tmp_path: Path) -> None:
     bad = json.loads(json.dumps(PARAMS))
     bad["backbone"]["variants"]["base"] = {"n_heads": 4}
     with pytest.raises(ConfigError, match=r"backbone\.variants\.base.*n_heads"):
+        _run(tmp_path, bad)
+
+
+def test_recipe_variants_share_one_ar_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A variant that only changes the fine-tune reuses its backbone's AR model (trained once,
+    kept on disk for the next run) and records the recipe it changed."""
+    params = json.loads(json.dumps(PARAMS))
+    params["backbone"]["variants"] = {
+        "base": {},
+        "base-slow-ft": {"diffusion": {"lr": 0.0003, "steps": 2}},
+    }
+    paradigms: list[str] = []
+    original = backbone.train
+    monkeypatch.setattr(
+        backbone,
+        "train",
+        lambda net, p, *a, **k: paradigms.append(p.config.name) or original(net, p, *a, **k),
+    )
+    rows = {row["variant"]: row for row in _run(tmp_path, params)["rows"]}
+    assert paradigms == ["ar", "setdlm", "setdlm"]
+    assert rows["base-slow-ft"]["diffusion"] == {"lr": 0.0003, "steps": 2}
+    assert rows["base"]["diffusion"] == {}
+    assert rows["base"]["ar"] == rows["base-slow-ft"]["ar"]  # the same AR model
+    assert (
+        len(list((tmp_path / "results" / "backbone" / "arith" / "ar").glob("*.safetensors"))) == 1
+    )
+
+    # A new recipe variant in a later run trains no AR model either.
+    paradigms.clear()
+    params["backbone"]["variants"]["base-long-ft"] = {"diffusion": {"steps": 4}}
+    _run(tmp_path, params)
+    assert paradigms == ["setdlm"]
+
+
+def test_unknown_recipe_field_names_the_variant(tmp_path: Path) -> None:
+    bad = json.loads(json.dumps(PARAMS))
+    bad["backbone"]["variants"]["base"] = {"diffusion": {"learning_rate": 0.1}}
+    with pytest.raises(ConfigError, match=r"backbone\.variants\.base\.diffusion.*learning_rate"):
         _run(tmp_path, bad)

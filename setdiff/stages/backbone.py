@@ -6,6 +6,11 @@ and one training recipe each for AR and the fine-tunes. For every variant it tra
 scratch, fine-tunes setdlm at each D from that AR (the paper's recipe), and decodes
 ``n_examples`` test prompts greedily (AR; setdlm at W = D and at W = 1, threshold off).
 
+A variant may also override the fine-tune's recipe (``diffusion: {lr: 0.001, steps: 1600}``,
+any `TrainConfig` field): the recipe axis of the same question. Variants with the same backbone,
+AR loss and AR budget share one AR model, trained once and kept in
+``results/backbone/<task>/ar/<hash>.safetensors``.
+
 ``--only a,b`` runs just those variants (to share the study between processes by hand); the
 table always lists every variant of the config: stored ones, and the rest as not run yet.
 
@@ -30,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from setdiff.artifacts import LoadedModel, write_json
 from setdiff.batching import ArraySplit
@@ -51,7 +57,8 @@ class BackboneStudyConfig:
     """``backbone``: the variants compared and the budget each one gets."""
 
     variants: Mapping[str, Mapping[str, Any]]
-    """Name -> overrides of ``model.<task>`` (any `ModelConfig` field) and ``ar_context_loss``."""
+    """Name -> overrides of ``model.<task>`` (any `ModelConfig` field), ``ar_context_loss`` and
+    ``diffusion`` (overrides of the fine-tune's `TrainConfig`)."""
     ar: TrainConfig
     diffusion: TrainConfig
     set_sizes: tuple[int, ...] = (2, 4)
@@ -79,7 +86,7 @@ def main(argv: list[str]) -> None:
     train_split, valid_split = (ArraySplit.load(layout.encoded(s)) for s in ("train", "valid"))
     base = model_config(params, args.task, tokenizer.vocab_size, train_split.seq_len)
     where = f"{params.path}: backbone.variants"
-    variants = {n: _variant(base, v, f"{where}.{n}") for n, v in study.variants.items()}
+    variants = {n: _variant(base, study, v, f"{where}.{n}") for n, v in study.variants.items()}
     unknown = sorted(set(only or ()) - set(variants))
     if unknown:
         raise ConfigError(f"--only: unknown variant(s) {unknown}; {where} has {list(variants)}")
@@ -87,16 +94,14 @@ def main(argv: list[str]) -> None:
     data = _Data(args.task, tokenizer, train_split, valid_split, records)
     budget = {k: v for k, v in to_dict(study).items() if k != "variants"}
     out_dir = Path(args.root) / "results" / "backbone" / args.task
-    specs = {
-        name: {"model": to_dict(config), "ar_context_loss": context_loss, "budget": budget}
-        for name, (config, context_loss) in variants.items()
-    }
-    for name, (config, context_loss) in variants.items():
+    specs = {name: {**variant.spec, "budget": budget} for name, variant in variants.items()}
+    ar_models = _ARStore(out_dir / "ar", study.ar, data)
+    for name, variant in variants.items():
         if only is None or name in only:
             _cached(
                 out_dir / f"{name}.json",
                 specs[name],
-                lambda n=name, c=config, x=context_loss: _run_variant(n, c, x, study, data),
+                lambda n=name, v=variant: _run_variant(n, v, study, data, ar_models),
             )
     # The table: every variant of the config, from the store (a share run with --only leaves
     # the others as "not run yet").
@@ -118,15 +123,36 @@ def _only(argv: list[str]) -> tuple[list[str] | None, list[str]]:
     return argv[i + 1].split(","), argv[:i] + argv[i + 2 :]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Variant:
+    model: ModelConfig
+    context_loss: bool
+    diffusion: TrainConfig
+    """The study's fine-tune recipe with the variant's ``diffusion`` overrides."""
+    recipe: Mapping[str, Any]
+    """The overrides alone (recorded in the row)."""
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        """What the stored row depends on besides the study's budget. A variant without recipe
+        overrides keeps the spec (and so the stored row) it had before the recipe axis."""
+        spec = {"model": to_dict(self.model), "ar_context_loss": self.context_loss}
+        return {**spec, "diffusion": dict(self.recipe)} if self.recipe else spec
+
+
 def _variant(
-    base: ModelConfig, overrides: Mapping[str, Any], where: str
-) -> tuple[ModelConfig, bool]:
+    base: ModelConfig, study: BackboneStudyConfig, overrides: Mapping[str, Any], where: str
+) -> _Variant:
     fields = dict(overrides)
     context_loss = fields.pop("ar_context_loss", False)
     if not isinstance(context_loss, bool):
         raise ConfigError(f"{where}.ar_context_loss: expected true/false, got {context_loss!r}")
-    merged = {**to_dict(base), **fields}
-    return build(ModelConfig, merged, where), context_loss
+    recipe = fields.pop("diffusion", None) or {}
+    if not isinstance(recipe, Mapping):
+        raise ConfigError(f"{where}.diffusion: expected training fields, got {recipe!r}")
+    diffusion = build(TrainConfig, {**to_dict(study.diffusion), **recipe}, f"{where}.diffusion")
+    model = build(ModelConfig, {**to_dict(base), **fields}, where)
+    return _Variant(model, context_loss, diffusion, dict(recipe))
 
 
 def _digest(spec: dict[str, Any]) -> str:
@@ -165,27 +191,58 @@ class _Data:
     records: list[dict[str, Any]]
 
 
+class _ARStore:
+    """AR models of the study, one per (backbone, AR loss): trained once, then read back."""
+
+    def __init__(self, directory: Path, config: TrainConfig, data: _Data) -> None:
+        self.directory, self.config, self.data = directory, config, data
+
+    def weights(self, variant: _Variant) -> dict[str, torch.Tensor]:
+        key = {
+            "model": to_dict(variant.model),
+            "ar_context_loss": variant.context_loss,
+            "ar": to_dict(self.config),
+        }
+        path = self.directory / f"{_digest(key)}.safetensors"
+        if path.exists():
+            log.info("backbone: AR model %s already trained (%s)", path.stem, path)
+            return load_file(str(path))
+        torch.manual_seed(self.config.seed)
+        ar = make_paradigm("ar", ARConfig(context_loss=variant.context_loss), mask_id=self.mask_id)
+        net = Transformer(variant.model)
+        weights = train(net, ar, self.data.train, self.data.valid, self.config).weights
+        self.directory.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")
+        save_file({k: v.contiguous() for k, v in weights.items()}, str(partial))
+        partial.replace(path)
+        return weights
+
+    @property
+    def mask_id(self) -> int:
+        return self.data.tokenizer.mask_id
+
+
 def _run_variant(
-    name: str, config: ModelConfig, context_loss: bool, study: BackboneStudyConfig, data: _Data
+    name: str, variant: _Variant, study: BackboneStudyConfig, data: _Data, ar_models: _ARStore
 ) -> dict[str, Any]:
     tic = time.perf_counter()
-    torch.manual_seed(study.ar.seed)
-    net = Transformer(config)
-    mask_id = data.tokenizer.mask_id
-    ar = make_paradigm("ar", ARConfig(context_loss=context_loss), mask_id=mask_id)
-    ar_weights = train(net, ar, data.train, data.valid, study.ar).weights
+    ar_weights = ar_models.weights(variant)
+    net = Transformer(variant.model)
     net.load_state_dict(ar_weights)
+    mask_id = data.tokenizer.mask_id
+    ar = make_paradigm("ar", ARConfig(context_loss=variant.context_loss), mask_id=mask_id)
     row: dict[str, Any] = {
         "variant": name,
         "parameters": net.num_parameters(),
-        "ar_context_loss": context_loss,
-        "model": to_dict(config),
+        "ar_context_loss": variant.context_loss,
+        "model": to_dict(variant.model),
+        "diffusion": dict(variant.recipe),
         "ar": _accuracy(net, ar, data, {}),
     }
     for d in study.set_sizes:
         net.load_state_dict(ar_weights)
         setdlm = make_paradigm("setdlm", SetDLMConfig(set_size=d), mask_id=mask_id)
-        tuned = train(net, setdlm, data.train, data.valid, study.diffusion)
+        tuned = train(net, setdlm, data.train, data.valid, variant.diffusion)
         net.load_state_dict(tuned.weights)
         row[f"setdlm_d{d}"] = _accuracy(net, setdlm, data, {"window": d})
         row[f"setdlm_d{d}_w1"] = _accuracy(net, setdlm, data, {"window": 1})
