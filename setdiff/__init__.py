@@ -3,6 +3,8 @@
 Public API:
 - `load_model(path)` -> `LoadedModel` (backbone, paradigm, tokenizer)
 - `generate(model, prompt_ids, *, max_new_tokens, **policy_options)` -> `GenerateResult`
+- `generate_batch(model, prompts, *, max_new_tokens, **policy_options)` -> one `GenerateResult`
+  per prompt, each equal to `generate` on that prompt alone
 - `make_paradigm(name, config, mask_id=...)`, `Transformer`, `ModelConfig`
 - `setdiff.masks.set_causal_mask`, `setdiff.masks.block_diffusion_mask`
 
@@ -12,6 +14,7 @@ Importing setdiff has no side effects (no torch settings are changed).
 from setdiff.artifacts import LoadedModel, load_model
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import PARADIGMS, make_paradigm
+from setdiff.sampling.batch import generate_batch
 from setdiff.sampling.loop import GenerateResult, generate
 
 __all__ = [
@@ -21,6 +24,7 @@ __all__ = [
     "ModelConfig",
     "Transformer",
     "generate",
+    "generate_batch",
     "load_model",
     "make_paradigm",
 ]

@@ -102,3 +102,114 @@ class KVCache:
             raise ValueError(f"crop length {length} outside [0, {self.length}]")
         self.length = length
         self.staged = 0
+
+
+class RaggedKVCache:
+    """A `KVCache` for a batch whose rows commit different numbers of entries per forward.
+
+    Row b holds ``lengths[b]`` committed entries in slots ``[0, lengths[b])``. A forward feeds T
+    inputs per row (padded to the longest row); they are staged at each row's own offset,
+    ``[lengths[b], lengths[b] + T)``, and attention runs over slots ``[0, max(lengths) + T)``,
+    so the caller's per-row mask must hide a row's slots past its own entries. Committing keeps
+    a row's first ``n_b`` staged entries. Rows that finish leave with `keep_rows`.
+
+    `capacity` is each row's logical capacity (entries beyond it are dropped from the left, per
+    row, as `KVCache.make_room` does); `slack` extra slots hold the padding of a forward.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_layer: int,
+        capacities: list[int],
+        slack: int,
+        n_kv_head: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        size = max(capacities) + slack
+        shape = (n_layer, len(capacities), n_kv_head, size, head_dim)
+        self.k_NBGCE = torch.zeros(shape, dtype=dtype, device=device)
+        self.v_NBGCE = torch.zeros(shape, dtype=dtype, device=device)
+        self.positions_BC = torch.full((len(capacities), size), -1, dtype=torch.long)
+        self.capacities = list(capacities)
+        self.lengths = [0] * len(capacities)
+        self.staged = 0
+        self._index_B1T1: torch.Tensor | None = None
+        self.device = torch.device(device)
+
+    @classmethod
+    def for_model(cls, model: torch.nn.Module, capacities: list[int], slack: int) -> RaggedKVCache:
+        config, param = model.config, next(model.parameters())
+        return cls(
+            n_layer=config.n_layer,
+            capacities=capacities,
+            slack=slack,
+            n_kv_head=config.n_kv_head,
+            head_dim=config.head_dim,
+            dtype=param.dtype,
+            device=param.device,
+        )
+
+    def make_room(self, row: int, n_new: int) -> int:
+        """Drop row `row`'s oldest entries so that `n_new` more fit its capacity."""
+        capacity, length = self.capacities[row], self.lengths[row]
+        if n_new > capacity:
+            raise ValueError(f"{n_new} new tokens exceed the cache capacity {capacity}")
+        overflow = length + n_new - capacity
+        if overflow <= 0:
+            return 0
+        keep = length - overflow
+        for buf in (self.k_NBGCE, self.v_NBGCE):
+            buf[:, row, :, :keep] = buf[:, row, :, overflow:length].clone()
+        self.positions_BC[row, :keep] = self.positions_BC[row, overflow:length].clone()
+        self.lengths[row] = keep
+        return overflow
+
+    def prepare(self, n_inputs: int) -> None:
+        """Set up staging for a forward of `n_inputs` (T) inputs per row."""
+        if max(self.lengths) + n_inputs > self.k_NBGCE.shape[3]:
+            raise ValueError(
+                f"cache overflow: {max(self.lengths)} committed + {n_inputs} new > "
+                f"{self.k_NBGCE.shape[3]} slots; call make_room first"
+            )
+        offsets = torch.tensor(self.lengths)[:, None] + torch.arange(n_inputs)  # (B, T)
+        self._index_B1T1 = offsets[:, None, :, None].to(self.device)
+
+    def stage(
+        self, layer: int, k_BGTE: torch.Tensor, v_BGTE: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write each row's new keys/values after its own entries; return slots
+        ``[0, max(lengths) + T)`` of every row."""
+        index = self._index_B1T1
+        if index is None or index.shape[2] != k_BGTE.shape[2]:
+            raise ValueError("call prepare(T) before a forward of T inputs")
+        index = index.expand(-1, k_BGTE.shape[1], -1, k_BGTE.shape[3])
+        self.k_NBGCE[layer].scatter_(2, index, k_BGTE)
+        self.v_NBGCE[layer].scatter_(2, index, v_BGTE)
+        self.staged = k_BGTE.shape[2]
+        end = max(self.lengths) + self.staged
+        return self.k_NBGCE[layer, :, :, :end], self.v_NBGCE[layer, :, :, :end]
+
+    def commit(self, row: int, positions: torch.Tensor) -> None:
+        """Keep row `row`'s first ``len(positions)`` staged entries (with these positions)."""
+        n = int(positions.numel())
+        if n > self.staged:
+            raise ValueError(f"cannot commit {n} entries: only {self.staged} were staged")
+        start = self.lengths[row]
+        self.positions_BC[row, start : start + n] = positions.reshape(-1).cpu()
+        self.lengths[row] += n
+
+    def end_forward(self) -> None:
+        self.staged = 0
+        self._index_B1T1 = None
+
+    def keep_rows(self, rows: list[int]) -> None:
+        """Keep only these rows (finished ones leave the batch), in this order."""
+        index = torch.tensor(rows, dtype=torch.long)
+        self.k_NBGCE = self.k_NBGCE[:, index.to(self.device)]
+        self.v_NBGCE = self.v_NBGCE[:, index.to(self.device)]
+        self.positions_BC = self.positions_BC[index]
+        self.capacities = [self.capacities[r] for r in rows]
+        self.lengths = [self.lengths[r] for r in rows]

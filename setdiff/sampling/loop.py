@@ -86,34 +86,13 @@ def generate(
     prompt = _as_ids(prompt_ids, "prompt_ids", vocab_size)
     suffix = _as_ids(suffix_ids, "suffix_ids", vocab_size) if suffix_ids is not None else []
     max_new_tokens, seed = _as_int(max_new_tokens, "max_new_tokens"), _as_int(seed, "seed")
-    stops = [
-        _as_int(i, f"stop_ids[{n}]")
-        for n, i in enumerate(_as_sequence(stop_ids, "stop_ids", "token ids"))
-    ]
-    strings = _as_sequence(stop_strings, "stop_strings", "strings")
-    if not all(isinstance(s, str) for s in strings):
-        raise ValueError(f"stop_strings must hold strings, got {list(strings)!r}")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    total = len(prompt) + max_new_tokens + len(suffix)
-    if total > net.config.max_seq_len:
-        raise ValueError(
-            f"prompt ({len(prompt)}) + max_new_tokens ({max_new_tokens}) + suffix ({len(suffix)}) "
-            f"= {total} exceeds the model context max_seq_len={net.config.max_seq_len}"
-        )
-    if not prompt and paradigm.config.name in ("ar", "setdlm", "aogpt"):
-        raise ValueError("prompt_ids must hold at least one token (e.g. BOS)")
-    if suffix and paradigm.config.name in ("ar", "bd3lm"):
-        raise ValueError(f"suffix_ids (infilling) is not supported by {paradigm.config.name}")
+    stops, strings = _as_stops(stop_ids, stop_strings)
+    total = check_lengths(net, paradigm, prompt, suffix, max_new_tokens)
     policy = paradigm.decode_policy(policy_options)
     tokenizer = model.tokenizer if isinstance(model, LoadedModel) else None
     if strings and tokenizer is None:
         raise ValueError("stop_strings needs a LoadedModel with a tokenizer")
-    need = policy.max_forward(len(prompt) + len(suffix), max_new_tokens)
-    if cache_size is not None and cache_size < need:
-        raise ValueError(
-            f"cache_size={cache_size} cannot hold one forward of this decode ({need} inputs)"
-        )
+    check_cache_size(policy, prompt, suffix, max_new_tokens, cache_size)
     state = DecodeState.new(prompt, max_new_tokens, suffix, paradigm.mask_id)
     generator = torch.Generator().manual_seed(seed)
     ctx = DecodeContext(mask_id=paradigm.mask_id, generator=generator, n_new=max_new_tokens)
@@ -183,6 +162,64 @@ def _forward(
     if cache is not None:
         cache.commit(plan.commit.to(device))
     return logits[logits.shape[0] - n_commit - m :]
+
+
+def _as_stops(stop_ids: Any, stop_strings: Any) -> tuple[list[int], tuple[str, ...]]:
+    """Validated stop token ids and stop strings."""
+    stops = [
+        _as_int(i, f"stop_ids[{n}]")
+        for n, i in enumerate(_as_sequence(stop_ids, "stop_ids", "token ids"))
+    ]
+    strings = _as_sequence(stop_strings, "stop_strings", "strings")
+    if not all(isinstance(s, str) for s in strings):
+        raise ValueError(f"stop_strings must hold strings, got {list(strings)!r}")
+    return stops, tuple(strings)
+
+
+def check_lengths(
+    net: Any,
+    paradigm: Any,
+    prompt: list[int],
+    suffix: list[int],
+    max_new_tokens: int,
+    *,
+    names: tuple[str, str, str] = ("prompt_ids", "max_new_tokens", "suffix_ids"),
+) -> int:
+    """Refuse a decode that does not fit the model or the paradigm; returns its canvas length.
+
+    `names` are the arguments' names in messages (a batch names its rows, e.g. ``prompts[2]``).
+    """
+    prompt_name, new_name, suffix_name = names
+    if max_new_tokens < 1:
+        raise ValueError(f"{new_name} must be >= 1, got {max_new_tokens}")
+    total = len(prompt) + max_new_tokens + len(suffix)
+    if total > net.config.max_seq_len:
+        raise ValueError(
+            f"prompt ({len(prompt)}) + max_new_tokens ({max_new_tokens}) + suffix ({len(suffix)}) "
+            f"= {total} exceeds the model context max_seq_len={net.config.max_seq_len}"
+            + ("" if prompt_name == "prompt_ids" else f" ({prompt_name})")
+        )
+    if not prompt and paradigm.config.name in ("ar", "setdlm", "aogpt"):
+        raise ValueError(f"{prompt_name} must hold at least one token (e.g. BOS)")
+    if suffix and paradigm.config.name in ("ar", "bd3lm"):
+        raise ValueError(f"{suffix_name} (infilling) is not supported by {paradigm.config.name}")
+    return total
+
+
+def check_cache_size(
+    policy: DecodePolicy,
+    prompt: list[int],
+    suffix: list[int],
+    max_new_tokens: int,
+    cache_size: int | None,
+) -> int:
+    """The most inputs one forward of this decode feeds; refuses a cache too small for it."""
+    need = policy.max_forward(len(prompt) + len(suffix), max_new_tokens)
+    if cache_size is not None and cache_size < need:
+        raise ValueError(
+            f"cache_size={cache_size} cannot hold one forward of this decode ({need} inputs)"
+        )
+    return need
 
 
 class Stopper:

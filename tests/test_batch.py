@@ -1,0 +1,268 @@
+"""Batched decoding: every row of `generate_batch` equals decoding that prompt alone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from setdiff import generate_batch
+from setdiff.kv_cache import RaggedKVCache
+from setdiff.model import Transformer
+from setdiff.paradigm import make_paradigm
+from setdiff.sampling.loop import GenerateResult, generate
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+MASK_ID = 3
+PROMPTS = [[1, 5, 7], [1], [1, 5, 7, 9, 11, 13, 15], [1, 4], [1, 6, 8, 10, 12]]
+NEW = [12, 10, 13, 9, 11]
+
+GREEDY = [
+    ("ar", {}),
+    ("setdlm", {"window": 1, "threshold": "off"}),
+    ("setdlm", {"window": 4, "threshold": "off"}),
+    ("setdlm", {"window": 4, "threshold": 0.5}),
+    ("setdlm", {"window": 2, "threshold": 0.05}),
+    ("setdlm", {"window": "all", "threshold": 0.5}),
+    ("aogpt", {"order": "random"}),
+    ("aogpt", {"order": "confidence"}),
+    ("aogpt", {"order": "confidence", "window": 3}),
+    ("bd3lm", {}),
+    ("bd3lm", {"threshold": 0.5}),
+    ("mdlm", {"chunk_size": 4, "threshold": 0.5}),
+    ("mdlm", {"chunk_size": 32, "order": "random"}),
+]
+SAMPLING = {
+    "ar": {},
+    "setdlm": {"window": 4, "threshold": 0.5},
+    "aogpt": {"final_temperature": 0.5},
+    "bd3lm": {"threshold": 0.5},
+    "mdlm": {"threshold": 0.5, "chunk_size": 8},
+}
+
+
+@pytest.fixture
+def sharp_model(make_tiny_model: Callable[..., Transformer]) -> Transformer:
+    return make_tiny_model(seed=0, head_scale=20.0)
+
+
+def _alone(net: Any, paradigm: Any, i: int, prompts: list, new: list, **kw: Any) -> GenerateResult:
+    suffixes = kw.pop("suffixes", None)
+    seeds = kw.pop("seed", 0)
+    seed = seeds[i] if isinstance(seeds, list) else seeds
+    suffix = suffixes[i] if suffixes is not None else None
+    return generate(
+        net,
+        prompts[i],
+        max_new_tokens=new[i],
+        paradigm=paradigm,
+        suffix_ids=suffix,
+        seed=seed,
+        trace_logits=True,
+        **kw,
+    )
+
+
+def check_rows(net: Any, name: str, prompts: list, new: list, **kw: Any) -> list[GenerateResult]:
+    """Batch vs each row alone: same tokens, steps, NFE, stop, cache length; logits to 1e-5."""
+    paradigm = make_paradigm(name, mask_id=MASK_ID)
+    batch = generate_batch(
+        net, prompts, max_new_tokens=new, paradigm=paradigm, trace_logits=True, **kw
+    )
+    assert len(batch) == len(prompts)
+    for i, row in enumerate(batch):
+        alone = _alone(net, paradigm, i, prompts, new, **kw)
+        assert row.tokens == alone.tokens, f"row {i}"
+        assert row.steps == alone.steps, f"row {i}"
+        assert row.nfe == alone.nfe == len(row.logits), f"row {i}"
+        assert row.stopped == alone.stopped and row.cache_length == alone.cache_length
+        for a, b in zip(row.logits, alone.logits, strict=True):
+            assert a.shape == b.shape
+            assert (a - b).abs().max().item() <= 1e-5
+    return batch
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize(("name", "options"), GREEDY)
+def test_greedy_rows_equal_alone(
+    sharp_model: Transformer, name: str, options: dict, use_cache: bool
+) -> None:
+    rows = check_rows(sharp_model, name, PROMPTS, NEW, use_cache=use_cache, **options)
+    assert [len(r.tokens) for r in rows] == NEW
+    assert len({r.nfe for r in rows}) > 1  # ragged progress: rows end at different steps
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("name", list(SAMPLING))
+def test_seeded_sampling_rows_equal_alone(
+    make_tiny_model: Callable[..., Transformer], name: str, use_cache: bool
+) -> None:
+    net = make_tiny_model(seed=1, head_scale=3.0)
+    kw = dict(SAMPLING[name], temperature=1.0, top_p=0.9, use_cache=use_cache)
+    per_row = check_rows(net, name, PROMPTS, NEW, seed=[7, 8, 9, 10, 11], **kw)
+    shared = check_rows(net, name, PROMPTS, NEW, seed=7, **kw)
+    assert per_row[0].tokens == shared[0].tokens  # row 0 has seed 7 both times
+    same_prompt = check_rows(net, name, [PROMPTS[0]] * 4, [12] * 4, seed=[0, 1, 2, 3], **kw)
+    assert len({tuple(r.tokens) for r in same_prompt}) > 1  # each row has its own generator
+
+
+@pytest.mark.parametrize(("name", "options"), GREEDY)
+def test_early_stops(sharp_model: Transformer, name: str, options: dict) -> None:
+    # A stop id on which the rows, decoded alone, stop at different lengths (or not at all).
+    paradigm = make_paradigm(name, mask_id=MASK_ID)
+
+    def lengths(stop: int) -> list[int | None]:
+        out = []
+        for p, n in zip(PROMPTS, NEW, strict=True):
+            r = generate(
+                sharp_model, p, max_new_tokens=n, paradigm=paradigm, stop_ids=[stop], **options
+            )
+            out.append(len(r.tokens) if r.stopped else None)
+        return out
+
+    def ragged(ends: list[int | None]) -> bool:
+        return any(n is not None for n in ends) and len(set(ends)) > 1
+
+    stop = next(t for t in range(sharp_model.config.vocab_size) if ragged(lengths(t)))
+    rows = check_rows(sharp_model, name, PROMPTS, NEW, stop_ids=[stop], **options)
+    assert [len(r.tokens) if r.stopped else None for r in rows] == lengths(stop)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("setdlm", {"window": 2, "threshold": 0.5}),
+        ("setdlm", {"window": "all", "threshold": "off"}),
+        ("aogpt", {}),
+        ("aogpt", {"order": "confidence"}),
+        ("mdlm", {"chunk_size": 4}),
+    ],
+)
+def test_infilling_rows(
+    sharp_model: Transformer, name: str, options: dict, use_cache: bool
+) -> None:
+    suffixes = [[9, 10, 11], None, [12], None, [9, 9, 10, 10]]
+    rows = check_rows(
+        sharp_model,
+        name,
+        PROMPTS,
+        [6, 8, 5, 7, 6],
+        suffixes=suffixes,
+        use_cache=use_cache,
+        **options,
+    )
+    for p, n, r in zip(PROMPTS, [6, 8, 5, 7, 6], rows, strict=True):
+        assert sorted(q for step in r.steps for q in step) == list(range(len(p), len(p) + n))
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "capacity"),
+    [
+        ("ar", {}, 8),
+        ("setdlm", {"window": 4, "threshold": 0.5}, 9),
+        ("aogpt", {"window": 4}, 14),
+        ("bd3lm", {"threshold": 0.5}, 9),
+    ],
+)
+def test_small_cache_rows_equal_alone(
+    sharp_model: Transformer, name: str, options: dict, capacity: int
+) -> None:
+    rows = check_rows(sharp_model, name, PROMPTS, NEW, cache_size=capacity, **options)
+    assert all(r.cache_length <= capacity for r in rows)
+
+
+@pytest.mark.parametrize(("name", "options"), GREEDY)
+def test_batch_of_one_is_generate(sharp_model: Transformer, name: str, options: dict) -> None:
+    paradigm = make_paradigm(name, mask_id=MASK_ID)
+    kw = dict(max_new_tokens=12, paradigm=paradigm, trace_logits=True, **options)
+    (row,) = generate_batch(sharp_model, [PROMPTS[2]], **kw)
+    alone = generate(sharp_model, PROMPTS[2], **kw)
+    assert row.tokens == alone.tokens and row.steps == alone.steps and row.nfe == alone.nfe
+    assert all(torch.equal(a, b) for a, b in zip(row.logits, alone.logits, strict=True))
+
+
+class _Counting(torch.nn.Module):
+    def __init__(self, inner: Transformer) -> None:
+        super().__init__()
+        self.inner, self.config, self.shapes = inner, inner.config, []
+
+    def forward(self, tokens, positions, mask=None, cache=None):  # noqa: ANN001, ANN201
+        self.shapes.append(tuple(tokens.shape))
+        return self.inner(tokens, positions, mask, cache)
+
+
+@pytest.mark.parametrize("name", ["ar", "setdlm", "mdlm"])
+def test_finished_rows_leave_the_batch(sharp_model: Transformer, name: str) -> None:
+    net = _Counting(sharp_model)
+    rows = generate_batch(
+        net,
+        [[1], [1, 5], [1, 5, 7]],
+        max_new_tokens=[2, 6, 4],
+        paradigm=make_paradigm(name, mask_id=MASK_ID),
+    )
+    sizes = [b for b, _ in net.shapes]
+    assert sizes[0] == 3 and sizes[-1] == 1 and sizes == sorted(sizes, reverse=True)
+    assert len(net.shapes) == max(r.nfe for r in rows)
+    assert sum(sizes) == sum(r.nfe for r in rows)  # every row forwards only while it decodes
+
+
+def test_ragged_cache_stages_each_row_at_its_own_offset() -> None:
+    cache = RaggedKVCache(n_layer=1, capacities=[8, 8], slack=2, n_kv_head=1, head_dim=2)
+    cache.lengths = [1, 3]
+    cache.prepare(2)
+    new = torch.arange(8, dtype=torch.float).reshape(2, 1, 2, 2) + 1
+    k, _ = cache.stage(0, new, new)
+    assert k.shape == (2, 1, 5, 2)
+    assert torch.equal(k[0, 0, 1:3], new[0, 0]) and torch.equal(k[1, 0, 3:5], new[1, 0])
+    cache.commit(0, torch.tensor([4]))
+    cache.commit(1, torch.tensor([6, 7]))
+    cache.end_forward()
+    assert cache.lengths == [2, 5]
+    assert cache.positions_BC[1, 3:5].tolist() == [6, 7]
+    cache.keep_rows([1])
+    assert cache.lengths == [5] and torch.equal(cache.k_NBGCE[0, 0, 0, 3:5], new[1, 0])
+    assert cache.make_room(0, 5) == 2 and cache.lengths == [3]
+    assert cache.positions_BC[0, :3].tolist()[1:] == [6, 7]
+
+
+@pytest.fixture
+def no_compute(sharp_model: Transformer, monkeypatch: pytest.MonkeyPatch) -> Transformer:
+    def boom(*args: Any, **kwargs: Any) -> torch.Tensor:
+        raise AssertionError("compute ran before argument validation")
+
+    monkeypatch.setattr(sharp_model, "forward", boom)
+    return sharp_model
+
+
+@pytest.mark.parametrize(
+    ("name", "prompts", "kwargs", "match"),
+    [
+        ("ar", [], {}, "prompts must hold at least one"),
+        ("ar", [1, 5, 7], {}, "not one prompt"),
+        ("ar", "1 5 7", {}, "prompts"),
+        ("ar", [[1, 5], [1, 99]], {}, r"prompts\[1\]: token id 99"),
+        ("ar", [[1, 5], "15"], {}, r"prompts\[1\] must be token ids"),
+        ("setdlm", [[1, 5], []], {}, r"prompts\[1\] must hold at least one token"),
+        ("ar", [[1], [1]], {"max_new_tokens": [4]}, "max_new_tokens must be an int or hold one"),
+        ("ar", [[1], [1]], {"max_new_tokens": [4, 0]}, r"max_new_tokens\[1\] must be >= 1"),
+        ("ar", [[1], [1]], {"max_new_tokens": [4, 2.5]}, r"max_new_tokens\[1\] must be an int"),
+        ("ar", [[1], [1]], {"seed": [0, "x"]}, r"seed\[1\] must be an integer"),
+        ("ar", [[1], [1]], {"suffixes": [None]}, "suffixes must hold one entry per prompt"),
+        ("ar", [[1], [1]], {"suffixes": [None, [5]]}, r"suffixes\[1\] \(infilling\)"),
+        ("ar", [[1], [1] * 126], {}, r"max_seq_len=128 \(prompts\[1\]\)"),
+        ("setdlm", [[1], [1]], {"window": 0}, "window"),
+        ("setdlm", [[1], [1]], {"cache_size": 2}, "cache_size"),
+        ("bd3lm", [[1], [1]], {"frobnicate": 1}, "frobnicate"),
+    ],
+)
+def test_bad_arguments(
+    no_compute: Transformer, name: str, prompts: Any, kwargs: dict, match: str
+) -> None:
+    args: dict[str, Any] = {"max_new_tokens": 4, **kwargs}
+    with pytest.raises(ValueError, match=match) as err:
+        generate_batch(no_compute, prompts, paradigm=make_paradigm(name, mask_id=MASK_ID), **args)
+    assert "\n" not in str(err.value)
