@@ -420,17 +420,18 @@ def plot_frontier_distance(orders: pd.DataFrame) -> Figure:
 
 
 def plot_training_curves(log: pd.DataFrame, starts: dict[str, float] | None = None) -> Figure:
-    """Train loss and eval loss vs step, one line per paradigm (and run), one row per task.
+    """Train loss, eval loss and (when logged) answer accuracy vs step, one line per paradigm
+    (and run), one row per task.
 
     Args:
-        log: train logs (task, paradigm, step, train_loss, eval_loss[, run]).
+        log: train logs (task, paradigm, step, train_loss, eval_loss[, accuracy][, run]).
         starts: per task, the step the diffusion fine-tunes start from (the AR model's last
             step when they are initialised from it): their curves are drawn after it, with a
             dotted line where the fine-tunes begin.
     """
     starts = starts or {}
     tasks = _unique(log, "task")
-    metrics = [m for m in ("train_loss", "eval_loss") if m in log]
+    metrics = [m for m in ("train_loss", "eval_loss", "accuracy") if m in log]
     axes = _grid(len(tasks), len(metrics), width=5.5, height=3.6)
     for row, task in enumerate(tasks):
         for ax, metric in zip(axes[row], metrics, strict=True):

@@ -28,7 +28,7 @@ import os
 import pickle
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -137,7 +137,7 @@ def train(
     *,
     checkpoint_dir: str | Path | None = None,
     log_path: str | Path | None = None,
-    on_eval: Callable[[int, float], None] | None = None,
+    on_eval: Callable[[int, float], Mapping[str, float] | None] | None = None,
     show_progress: bool = True,
 ) -> TrainResult:
     """Train `net` with `paradigm`'s loss; resume from `checkpoint_dir` when it holds a state.
@@ -146,8 +146,9 @@ def train(
     returned weights, not `net.state_dict()`.
 
     Args:
-        on_eval: called with (step, eval_loss) after each evaluation (e.g. for pruning; it may
-            raise to stop the run).
+        on_eval: called with (step, eval_loss) after each evaluation, with the evaluated weights
+            (EMA when on) in eval mode; what it returns (e.g. an accuracy) is added to that step's
+            log record. It may raise to stop the run (pruning).
         log_path: JSON-lines log of {step, train_loss, eval_loss, lr}: no wall-clock time, so
             a resumed or repeated run writes the same file (it travels with the model, which DVC
             hashes); the run's time is `TrainResult.seconds`.
@@ -203,11 +204,14 @@ def train(
             bar.update(1)
             bar.set_postfix(loss=f"{train_loss:.3f}")
             if step % config.eval_every == 0 or step == config.steps:
-                eval_loss = evaluate_loss(net, paradigm, valid_split, config, ema)
-                if is_main:
-                    _log(log_path, step, train_loss, eval_loss, scheduler)
-                if on_eval is not None:
-                    on_eval(step, eval_loss)
+                with _evaluated(net, ema):
+                    eval_loss = evaluate_loss(net, paradigm, valid_split, config)
+                    extra = None
+                    try:  # a pruning callback raises: the record is written all the same
+                        extra = on_eval(step, eval_loss) if on_eval is not None else None
+                    finally:
+                        if is_main:
+                            _log(log_path, step, train_loss, eval_loss, scheduler, extra)
             # Under FSDP saving is a collective: every rank must take the same decision.
             stop = _any_rank(stop_requested(), device) if sharded else stop_requested()
             due = step % config.checkpoint_every == 0 or stop
@@ -414,23 +418,33 @@ def evaluate_loss(
     ema: dict[str, torch.Tensor] | None = None,
 ) -> float:
     """Mean per-token held-out loss on the first `eval_examples` (fixed noise seed)."""
+    with _evaluated(net, ema), torch.no_grad():
+        generator = torch.Generator().manual_seed(config.seed + 1)
+        nll, tokens = 0.0, 0
+        device = torch.device(config.device)
+        for batch in split.iterate(config.batch_size, config.eval_examples):
+            with _autocast(config, device):
+                out = paradigm.loss(net, batch.to(device), generator)
+            nll += float(out.nll_sum.sum())
+            tokens += int(out.n_tokens.sum())
+    return nll / max(tokens, 1)
+
+
+@contextlib.contextmanager
+def _evaluated(net: Transformer, ema: dict[str, torch.Tensor] | None) -> Iterator[None]:
+    """`net` in eval mode with the weights it would export (EMA when on), restored after."""
     backup = None
     if ema is not None:
         backup = {k: v.detach().clone() for k, v in net.state_dict().items()}
         net.load_state_dict(ema)
+    was_training = net.training
     net.eval()
-    generator = torch.Generator().manual_seed(config.seed + 1)
-    nll, tokens = 0.0, 0
-    device = torch.device(config.device)
-    for batch in split.iterate(config.batch_size, config.eval_examples):
-        with _autocast(config, device):
-            out = paradigm.loss(net, batch.to(device), generator)
-        nll += float(out.nll_sum.sum())
-        tokens += int(out.n_tokens.sum())
-    net.train()
-    if backup is not None:
-        net.load_state_dict(backup)
-    return nll / max(tokens, 1)
+    try:
+        yield
+    finally:
+        net.train(was_training)
+        if backup is not None:
+            net.load_state_dict(backup)
 
 
 def _autocast(config: TrainConfig, device: torch.device) -> contextlib.AbstractContextManager:
@@ -557,12 +571,14 @@ def _log(
     train_loss: float,
     eval_loss: float,
     scheduler: Any,
+    extra: Mapping[str, float] | None = None,
 ) -> None:
     record = {
         "step": step,
         "train_loss": train_loss,
         "eval_loss": eval_loss,
         "lr": scheduler.get_last_lr()[0],
+        **(extra or {}),
     }
     log.info("step %d train %.4f eval %.4f", step, train_loss, eval_loss)
     if path is not None:

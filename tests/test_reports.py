@@ -761,6 +761,19 @@ def test_training_curves_match_logs(derived: Derived) -> None:
         assert _legend(ax) == list(PARADIGMS)
 
 
+def test_a_logged_accuracy_gets_its_own_column(derived: Derived) -> None:
+    log = derived.run.train_log.copy()
+    arith = log["task"] == "arith"
+    log.loc[arith, "accuracy"] = log.loc[arith, "step"] / 100
+    fig = figures.plot_training_curves(log)
+    assert len(fig.axes) == 6  # 2 tasks x (train, eval, accuracy)
+    lines = _by_gid([line for ax in fig.axes for line in ax.lines], "")
+    for paradigm, group in log[arith].groupby("paradigm"):
+        line = lines[f"accuracy:arith:{paradigm}"]
+        np.testing.assert_allclose(line.get_ydata(), group.sort_values("step")["accuracy"])
+    assert len(lines["accuracy:text:ar"].get_ydata()) == 0  # text logs no accuracy
+
+
 def test_fine_tunes_are_drawn_after_the_ar_steps_they_start_from(derived: Derived) -> None:
     log = derived.run.train_log
     starts = items.fine_tune_starts(derived.run)

@@ -19,15 +19,19 @@ import dataclasses
 import logging
 import os
 import shutil
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from setdiff.artifacts import load_model, run_id, save_model_dir, write_json
+from setdiff.artifacts import LoadedModel, load_model, run_id, save_model_dir, write_json
 from setdiff.batching import ArraySplit
-from setdiff.config import ConfigError, frozen
+from setdiff.config import ConfigError, check, frozen
+from setdiff.data import read_records
+from setdiff.evaluate import ANSWER_TASKS, answer_rows
 from setdiff.model import ModelConfig, Transformer
-from setdiff.paradigm import make_paradigm
+from setdiff.paradigm import PARADIGMS, Paradigm, make_paradigm
 from setdiff.params import load_params
 from setdiff.stages.common import (
     Layout,
@@ -44,6 +48,23 @@ log = logging.getLogger(__name__)
 
 
 @frozen
+class CurveConfig:
+    """``train.<task>.curve``: answer accuracy at every evaluation, so a reader of the training
+    curves sees whether a paradigm had converged (answer tasks, single-process runs)."""
+
+    n_examples: int = 0
+    """Validation prompts decoded greedily at each evaluation; 0 = no accuracy curve."""
+    decode: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    """Decode options per paradigm (the paradigm's defaults where absent). They live here, not
+    in ``decode``, so that changing how the evaluate stage decodes does not retrain a model."""
+
+    def __post_init__(self) -> None:
+        check(self.n_examples >= 0, f"n_examples must be >= 0, got {self.n_examples}")
+        unknown = sorted(set(self.decode) - set(PARADIGMS))
+        check(not unknown, f"decode: unknown paradigm(s) {unknown}; use {list(PARADIGMS)}")
+
+
+@frozen
 class TaskTrainConfig:
     """``train.<task>``: one recipe for AR, one for the diffusion paradigms."""
 
@@ -51,6 +72,7 @@ class TaskTrainConfig:
     diffusion: TrainConfig
     init_from_ar: bool = True
     """Start diffusion paradigms from this task's trained AR weights (else from scratch)."""
+    curve: CurveConfig = dataclasses.field(default_factory=CurveConfig)
 
     def for_paradigm(self, name: str) -> TrainConfig:
         return self.ar if name == "ar" else self.diffusion
@@ -77,7 +99,8 @@ def main(argv: list[str]) -> None:
     paradigm = make_paradigm(
         args.paradigm, paradigm_cfg, mask_id=tokenizer.mask_id, attention=config.attention
     )
-    rid = run_id(net_config, paradigm_cfg, config, str(source))
+    on_eval = _accuracy_curve(recipe.curve, layout, paradigm, net, tokenizer, params.path)
+    rid = run_id(net_config, paradigm_cfg, config, str(source), recipe.curve)
     is_main = rank_and_world()[0] == 0
     if is_main:
         _drop_stale_checkpoints(layout, rid)
@@ -93,6 +116,7 @@ def main(argv: list[str]) -> None:
         config,
         checkpoint_dir=layout.checkpoints / rid,
         log_path=log_path,
+        on_eval=on_eval,
     )
     if not is_main:
         return
@@ -123,6 +147,43 @@ def main(argv: list[str]) -> None:
             "world_size": rank_and_world()[1],
         },
     )
+
+
+def _accuracy_curve(
+    curve: CurveConfig,
+    layout: Layout,
+    paradigm: Paradigm,
+    net: Transformer,
+    tokenizer: Tokenizer,
+    params_path: Path | str,
+) -> Callable[[int, float], dict[str, float]] | None:
+    """The `on_eval` callback that decodes ``curve.n_examples`` validation prompts (or None).
+    Its options are checked here, before any training step."""
+    if curve.n_examples == 0 or rank_and_world()[1] > 1:
+        return None
+    where = f"{params_path}: train.{layout.task}.curve"
+    if layout.task not in ANSWER_TASKS:
+        raise ConfigError(f"{where}.n_examples: task {layout.task!r} has no answers to score")
+    options = dict(curve.decode.get(layout.paradigm, {}))
+    try:
+        paradigm.decode_policy(options)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{where}.decode.{layout.paradigm}: {err}") from None
+    records = read_records(layout.raw / "valid.jsonl", layout.task)[: curve.n_examples]
+    model = LoadedModel(net=net, paradigm=paradigm, tokenizer=tokenizer, path=layout.model())
+
+    def on_eval(step: int, eval_loss: float) -> dict[str, float]:
+        rows = answer_rows(
+            model,
+            records,
+            task=layout.task,
+            seq_len=net.config.max_seq_len,
+            decode_options=options,
+            show_progress=False,
+        )
+        return {"accuracy": sum(r["exact"] for r in rows) / len(rows)}
+
+    return on_eval
 
 
 def _initial_net(

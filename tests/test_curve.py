@@ -1,0 +1,132 @@
+"""Accuracy curves: the train stage decodes validation prompts at every evaluation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+from test_train import copy_task, fresh
+
+from setdiff.config import ConfigError
+from setdiff.paradigm import make_paradigm
+from setdiff.stages import prepare, tokenize
+from setdiff.stages import train as train_stage
+from setdiff.train import TrainConfig, train
+
+RECIPE = {"steps": 4, "batch_size": 8, "warmup_steps": 1, "eval_every": 2, "eval_examples": 8}
+PARAMS: dict[str, Any] = {
+    "data": {"seed": 0, "arith": {"n_train": 40, "n_valid": 10, "n_test": 10}},
+    "tokenizer": {"arith": {"kind": "char", "seq_len": 32}},
+    "model": {"arith": {"n_layer": 1, "n_head": 2, "n_kv_head": 2, "d_model": 32, "d_ff": 64}},
+    "paradigm": {"ar": {}, "aogpt": {}},
+    "train": {
+        "arith": {
+            "ar": RECIPE,
+            "diffusion": RECIPE,
+            "curve": {"n_examples": 3, "decode": {"aogpt": {"order": "confidence", "window": 2}}},
+        }
+    },
+}
+
+
+def _stage(root: Path, params: dict[str, Any], paradigm: str) -> list[dict[str, Any]]:
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    args = ["--params", str(root / "params.yaml"), "--task", "arith", "--root", str(root)]
+    if not (root / "data" / "arith" / "encoded").exists():
+        prepare.main(args)
+        tokenize.main(args)
+    train_stage.main([*args, "--paradigm", paradigm])
+    log = root / "models" / "arith" / paradigm / "train_log.jsonl"
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_every_evaluation_records_an_accuracy_with_the_curve_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[int, dict[str, Any]]] = []
+    original = train_stage.answer_rows
+
+    def spy(model: Any, records: Any, **kw: Any) -> Any:
+        records = list(records)
+        seen.append((len(records), dict(kw["decode_options"])))
+        return original(model, records, **kw)
+
+    monkeypatch.setattr(train_stage, "answer_rows", spy)
+    log = _stage(tmp_path, PARAMS, "ar")
+    assert [r["step"] for r in log] == [2, 4]
+    assert all(0.0 <= r["accuracy"] <= 1.0 for r in log)
+    assert seen == [(3, {}), (3, {})]  # ar: its defaults
+    seen.clear()
+    _stage(tmp_path, PARAMS, "aogpt")
+    assert seen == [(3, {"order": "confidence", "window": 2})] * 2
+
+
+def test_without_a_curve_the_log_has_no_accuracy(tmp_path: Path) -> None:
+    params = json.loads(json.dumps(PARAMS))
+    del params["train"]["arith"]["curve"]
+    assert all("accuracy" not in r for r in _stage(tmp_path, params, "ar"))
+
+
+@pytest.mark.parametrize(
+    ("curve", "match"),
+    [
+        (
+            {"n_examples": 2, "decode": {"aogpt": {"ordre": "random"}}},
+            r"curve\.decode\.aogpt.*ordre",
+        ),
+        ({"n_examples": 2, "decode": {"gpt": {}}}, r"unknown paradigm.*gpt"),
+        ({"n_examples": -1}, r"n_examples must be >= 0"),
+    ],
+)
+def test_bad_curve_options_are_refused_before_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, curve: dict[str, Any], match: str
+) -> None:
+    params = json.loads(json.dumps(PARAMS))
+    params["train"]["arith"]["curve"] = curve
+    _stage(tmp_path, PARAMS, "ar")  # the AR model the fine-tune starts from
+    monkeypatch.setattr(train_stage, "train", lambda *a, **k: pytest.fail("trained"))
+    with pytest.raises(ConfigError, match=match):
+        _stage(tmp_path, params, "aogpt")
+
+
+def test_what_on_eval_returns_is_logged_even_when_it_raises(tmp_path: Path) -> None:
+    split, paradigm = copy_task(), make_paradigm("ar", mask_id=3)
+    config = TrainConfig(steps=4, batch_size=8, warmup_steps=1, eval_every=2, eval_examples=8)
+    path = tmp_path / "log.jsonl"
+    modes: list[bool] = []
+
+    def on_eval(step: int, loss: float) -> dict[str, float]:
+        modes.append(net.training)
+        if step == 4:
+            raise KeyboardInterrupt
+        return {"accuracy": 0.5}
+
+    net = fresh()
+    with pytest.raises(KeyboardInterrupt):
+        train(net, paradigm, split, split, config, log_path=path, on_eval=on_eval,
+              show_progress=False)  # fmt: skip
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["step"] for r in records] == [2, 4]
+    assert records[0]["accuracy"] == 0.5 and "accuracy" not in records[1]
+    assert modes == [False, False]  # decoded in eval mode
+    assert net.training
+
+
+def test_the_callback_sees_the_ema_weights_and_training_resumes_on_the_raw_ones() -> None:
+    split, paradigm = copy_task(), make_paradigm("ar", mask_id=3)
+    config = TrainConfig(
+        steps=3, batch_size=8, warmup_steps=1, eval_every=3, eval_examples=8, ema_decay=0.5
+    )
+    seen: dict[str, torch.Tensor] = {}
+    net = fresh()
+
+    def on_eval(step: int, loss: float) -> None:
+        seen.update({k: v.clone() for k, v in net.state_dict().items()})
+
+    result = train(net, paradigm, split, split, config, on_eval=on_eval, show_progress=False)
+    assert all(torch.equal(seen[k], result.weights[k]) for k in result.weights)  # the EMA
+    assert not all(torch.equal(net.state_dict()[k], result.weights[k]) for k in result.weights)
