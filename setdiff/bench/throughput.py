@@ -1,0 +1,294 @@
+"""Throughput regime: tokens/s of batched decoding at several batch sizes, for every paradigm.
+
+    python -m setdiff.bench.throughput --root . --task arith [--batch-sizes 1,4,16,64]
+        [--n-examples 64] [--config "setdlm:window=2,threshold=0.9"] [--stand-in]
+        [--out metrics/bench/throughput.json]
+
+Each method (a paradigm's model with one decode configuration; AR is plain batched AR in our
+engine) decodes the first `n_examples` test prompts in chunks of B with `generate_batch`. The
+measurement contract is the bench stage's: for each chunk every method runs once, in a fixed
+order (interleaved, so drift hits all alike); a warm-up chunk per method and batch size is run
+first and not recorded; new tokens are counted up to and including the stop; wall time
+(`setdiff.measure.timed`) covers the whole batched decode, prefill included. A batched run's
+tokens/s is the total new tokens of all rows over the total wall time. Every row is checked
+against the batch-1 run of the same method: same tokens (hence the same accuracy).
+
+`--stand-in` decodes a paradigm whose model directory is missing with the AR checkpoint's weights
+under that paradigm's sampler: its step costs are real, its tokens (and so its accuracy and tokens
+per forward) are not those of a trained model; the figures say ``stand_in: true``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from setdiff.artifacts import LoadedModel, load_model, write_json
+from setdiff.config import ConfigError
+from setdiff.data import read_records
+from setdiff.evaluate import score_answer
+from setdiff.measure import count_new_tokens, fingerprint, peak_memory_mb, timed
+from setdiff.paradigm import PARADIGMS, make_paradigm
+from setdiff.sampling.batch import generate_batch
+from setdiff.sampling.loop import GenerateResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Method:
+    """One paradigm's model under one decode configuration."""
+
+    paradigm: str
+    label: str
+    model: LoadedModel
+    options: Mapping[str, Any]
+    stand_in: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.paradigm} {self.label}"
+
+
+@dataclasses.dataclass(slots=True)
+class _Tally:
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    new_tokens: int = 0
+    forwards: int = 0
+    rows: list[GenerateResult] = dataclasses.field(default_factory=list)
+    scores: list[float] = dataclasses.field(default_factory=list)
+    peak_mem_mb: float = 0.0
+
+
+def decode_chunk(
+    method: Method, prompts: list[list[int]], *, seq_len: int, seed: int
+) -> tuple[list[GenerateResult], float, float]:
+    """Decode `prompts` as one batch (each up to `seq_len` tokens, stopping at EOS); the results,
+    the wall seconds and the process CPU seconds (on a shared machine the CPU time says what the
+    decode cost, the wall time also what the neighbours took)."""
+    eos = method.model.tokenizer.eos_id
+    device = next(method.model.net.parameters()).device
+    cpu = time.process_time()
+    rows, seconds = timed(
+        lambda: generate_batch(
+            method.model,
+            prompts,
+            max_new_tokens=[seq_len - len(p) for p in prompts],
+            stop_ids=[eos],
+            seed=seed,
+            **method.options,
+        ),
+        device,
+    )
+    return rows, seconds, time.process_time() - cpu
+
+
+def sweep(
+    methods: Sequence[Method],
+    records: Sequence[Mapping[str, Any]],
+    warmup: Sequence[Mapping[str, Any]],
+    batch_sizes: Sequence[int],
+    *,
+    task: str,
+    seq_len: int,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Figures per (method, batch size); see the module docstring for the contract."""
+    tok = methods[0].model.tokenizer
+    encode = lambda r: [tok.bos_id] + tok.encode(r["prompt"])  # noqa: E731
+    prompts, warm = (
+        [encode(r) for r in records],
+        [encode(r) for r in warmup] or [encode(records[0])],
+    )
+    figures, batch1_tokens = [], {}
+    for B in batch_sizes:
+        tallies = {m.name: _Tally() for m in methods}
+        warm_chunk = (warm * B)[:B]
+        for method in methods:
+            decode_chunk(method, warm_chunk, seq_len=seq_len, seed=seed)
+        for start in range(0, len(prompts), B):
+            chunk = prompts[start : start + B]
+            for method in methods:
+                rows, seconds, cpu = decode_chunk(method, chunk, seq_len=seq_len, seed=seed)
+                tally = tallies[method.name]
+                tally.seconds += seconds
+                tally.cpu_seconds += cpu
+                tally.forwards += max(r.nfe for r in rows)
+                tally.peak_mem_mb = max(tally.peak_mem_mb, peak_memory_mb(torch.device("cpu")))
+                for row, record in zip(rows, records[start : start + B], strict=True):
+                    tally.rows.append(row)
+                    tally.new_tokens += count_new_tokens(row.tokens, [tok.eos_id])
+                    tally.scores.append(score_answer(task, tok.decode(row.tokens), record)[1])
+        ar = next((tallies[m.name] for m in methods if m.paradigm == "ar"), None)
+        for method in methods:
+            tally = tallies[method.name]
+            tokens = [r.tokens for r in tally.rows]
+            batch1_tokens.setdefault(method.name, tokens if B == 1 else None)
+            reference = batch1_tokens[method.name]
+            figures.append(
+                {
+                    "method": method.name,
+                    "paradigm": method.paradigm,
+                    "config": method.label,
+                    "stand_in": method.stand_in,
+                    "batch_size": B,
+                    "n_examples": len(tally.rows),
+                    "new_tokens": tally.new_tokens,
+                    "seconds": tally.seconds,
+                    "tokens_per_second": tally.new_tokens / tally.seconds,
+                    "cpu_seconds": tally.cpu_seconds,
+                    "tokens_per_cpu_second": tally.new_tokens / tally.cpu_seconds,
+                    "speedup_vs_ar": _ratio(tally, ar, "seconds"),
+                    "cpu_speedup_vs_ar": _ratio(tally, ar, "cpu_seconds"),
+                    "accuracy": statistics.fmean(tally.scores),
+                    "nfe_mean": statistics.fmean(r.nfe for r in tally.rows),
+                    "tokens_per_forward": tally.new_tokens / sum(r.nfe for r in tally.rows),
+                    "batched_forwards": tally.forwards,
+                    "identical_to_batch1": None if reference is None else tokens == reference,
+                    "peak_mem_mb": tally.peak_mem_mb,
+                }
+            )
+    return figures
+
+
+def _ratio(tally: _Tally, ar: _Tally | None, clock: str) -> float | None:
+    """Tokens/s of `tally` over AR's at the same batch size, by the wall or the CPU clock."""
+    if ar is None:
+        return None
+    return (tally.new_tokens / getattr(tally, clock)) / (ar.new_tokens / getattr(ar, clock))
+
+
+STAND_IN_CONFIGS: dict[str, dict[str, Any]] = {
+    "mdlm": {"pad_targets": True},
+    "bd3lm": {"block_size": 2},
+    "aogpt": {"ltr_share": 0.1, "pad_targets": True},
+    "setdlm": {"set_size": 2},
+}
+"""Paradigm settings of a stand-in (the default preset's `paradigm` section)."""
+
+DEFAULT_CONFIGS = [
+    "ar:",
+    "setdlm:window=2,threshold=off",
+    "setdlm:window=2,threshold=0.9",
+    "setdlm:window=4,threshold=0.9",
+    "bd3lm:threshold=0.9",
+    "aogpt:order=confidence,window=4",
+    "mdlm:chunk_size=8,threshold=0.9",
+]
+
+
+def parse_config(text: str) -> tuple[str, str, dict[str, Any]]:
+    """``"setdlm:window=2,threshold=0.9"`` -> (paradigm, label, options); values parsed as
+    int, float, "off"/"all" or None ("none")."""
+    paradigm, _, rest = text.partition(":")
+    if paradigm not in PARADIGMS:
+        raise ConfigError(f"--config {text!r}: unknown paradigm {paradigm!r}")
+    options: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise ConfigError(f"--config {text!r}: expected key=value, got {item!r}")
+        options[key] = _parse_value(value)
+    label = " ".join(f"{k}={v}" for k, v in options.items()) or "default"
+    return paradigm, label, options
+
+
+def _parse_value(value: str) -> Any:
+    if value.lower() == "none":
+        return None
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def load_methods(root: Path, task: str, configs: Sequence[str], *, stand_in: bool) -> list[Method]:
+    """A `Method` per config; a missing model directory is an error unless `stand_in`."""
+    ar_dir = root / "models" / task / "ar"
+    ar = load_model(ar_dir, paradigm="ar", task=task)
+    models: dict[str, tuple[LoadedModel, bool]] = {"ar": (ar, False)}
+    methods = []
+    for text in configs:
+        paradigm, label, options = parse_config(text)
+        if paradigm not in models:
+            path = root / "models" / task / paradigm
+            if (path / "config.json").exists():
+                models[paradigm] = (load_model(path, paradigm=paradigm, task=task), False)
+            elif stand_in:
+                config = PARADIGMS[paradigm][0](**STAND_IN_CONFIGS.get(paradigm, {}))
+                standin = make_paradigm(paradigm, config, mask_id=ar.paradigm.mask_id)
+                models[paradigm] = (dataclasses.replace(ar, paradigm=standin), True)
+            else:
+                raise ConfigError(f"--config {text!r}: no model at {path} (use --stand-in)")
+        model, is_stand_in = models[paradigm]
+        model.paradigm.decode_policy(dict(options))  # validate before any compute
+        methods.append(Method(paradigm, label, model, options, is_stand_in))
+    return methods
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m setdiff.bench.throughput",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--root", default=".", help="holds models/<task>/ and data/<task>/")
+    parser.add_argument("--task", default="arith")
+    parser.add_argument("--batch-sizes", default="1,4,16,64")
+    parser.add_argument("--n-examples", type=int, default=64)
+    parser.add_argument("--warmup", type=int, default=2, help="validation prompts to warm up on")
+    parser.add_argument("--config", action="append", help="paradigm:key=value,... (repeat)")
+    parser.add_argument("--stand-in", action="store_true")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="metrics/bench/throughput.json")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    try:
+        sizes = [int(b) for b in args.batch_sizes.split(",")]
+    except ValueError as err:
+        raise ConfigError(
+            f"--batch-sizes: expected integers like 1,4,16, got {args.batch_sizes!r}"
+        ) from err
+    if not sizes or min(sizes) < 1 or args.n_examples < 1:
+        raise ConfigError("--batch-sizes and --n-examples must be >= 1")
+    torch.set_num_threads(args.threads)
+    root = Path(args.root)
+    methods = load_methods(root, args.task, args.config or DEFAULT_CONFIGS, stand_in=args.stand_in)
+    raw = root / "data" / args.task / "raw"
+    records = read_records(raw / "test.jsonl", args.task)[: args.n_examples]
+    warmup = read_records(raw / "valid.jsonl", args.task)[: args.warmup]
+    seq_len = methods[0].model.net.config.max_seq_len
+    figures = sweep(
+        methods, records, warmup, sizes, task=args.task, seq_len=seq_len, seed=args.seed
+    )
+    out = {
+        "task": args.task,
+        "batch_sizes": sizes,
+        "figures": figures,
+        "fingerprint": fingerprint(torch.device("cpu"), params_hash="cli"),
+    }
+    write_json(Path(args.out), out)
+    for f in figures:
+        print(
+            f"{f['method']:<36} B={f['batch_size']:<3} {f['tokens_per_second']:8.1f} tok/s "
+            f"x{f['speedup_vs_ar']:.2f} vs ar | CPU {f['tokens_per_cpu_second']:8.1f} tok/s "
+            f"x{f['cpu_speedup_vs_ar']:.2f} | acc {f['accuracy']:.3f}  "
+            f"tok/fwd {f['tokens_per_forward']:.2f}  same as B=1: {f['identical_to_batch1']}"
+            + ("  (stand-in)" if f["stand_in"] else "")
+        )
+
+
+if __name__ == "__main__":
+    main()
