@@ -27,7 +27,7 @@ import torch
 
 from setdiff.artifacts import LoadedModel, load_model, run_id, save_model_dir, write_json
 from setdiff.batching import ArraySplit
-from setdiff.config import ConfigError, check, frozen
+from setdiff.config import ConfigError, build, check, frozen, to_dict
 from setdiff.data import read_records
 from setdiff.evaluate import ANSWER_TASKS, answer_rows
 from setdiff.model import ModelConfig, Transformer
@@ -73,9 +73,26 @@ class TaskTrainConfig:
     init_from_ar: bool = True
     """Start diffusion paradigms from this task's trained AR weights (else from scratch)."""
     curve: CurveConfig = dataclasses.field(default_factory=CurveConfig)
+    paradigms: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    """Per diffusion paradigm, fields of ``diffusion`` it overrides (e.g. ``setdlm: {steps:
+    1600}``): the budget follows what each paradigm needs."""
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.paradigms) - (set(PARADIGMS) - {"ar"}))
+        check(not unknown, f"paradigms: {unknown} are not diffusion paradigms (ar has its own)")
+        for name in self.paradigms:
+            try:  # a bad field is refused when the preset is read, naming the file and key
+                self.for_paradigm(name)
+            except ConfigError as err:
+                raise ValueError(str(err)) from None
 
     def for_paradigm(self, name: str) -> TrainConfig:
-        return self.ar if name == "ar" else self.diffusion
+        if name == "ar":
+            return self.ar
+        overrides = self.paradigms.get(name)
+        if not overrides:
+            return self.diffusion
+        return build(TrainConfig, {**to_dict(self.diffusion), **overrides}, f"paradigms.{name}")
 
 
 def main(argv: list[str]) -> None:

@@ -187,11 +187,13 @@ def _trained_model(
     """Train the trial's paradigm at the reduced budget (or reuse the cached result)."""
     recipe = params.section(f"train.{layout.task}", TaskTrainConfig)
     steps = spec["budget"]["train_steps"]
+    # Trials share the cores (ablation workers): each trains on bench.run's threads.
     config = dataclasses.replace(
-        recipe.diffusion,
+        recipe.for_paradigm(plan.paradigm),
         steps=steps,
         eval_every=min(spec["budget"]["eval_every"], steps),
         checkpoint_every=steps,
+        threads=run.threads,
     )
     tokenizer = load_tokenizer(layout.tokenizer)
     seq_len = ArraySplit.load(layout.encoded("valid")).seq_len

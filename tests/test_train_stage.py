@@ -1,4 +1,5 @@
-"""Accuracy curves: the train stage decodes validation prompts at every evaluation."""
+"""The train stage: accuracy curves (validation prompts decoded at every evaluation) and
+per-paradigm budgets."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from setdiff.config import ConfigError
 from setdiff.paradigm import make_paradigm
 from setdiff.stages import prepare, tokenize
 from setdiff.stages import train as train_stage
+from setdiff.stages.train import TaskTrainConfig
 from setdiff.train import TrainConfig, train
 
 RECIPE = {"steps": 4, "batch_size": 8, "warmup_steps": 1, "eval_every": 2, "eval_examples": 8}
@@ -130,3 +132,31 @@ def test_the_callback_sees_the_ema_weights_and_training_resumes_on_the_raw_ones(
     result = train(net, paradigm, split, split, config, on_eval=on_eval, show_progress=False)
     assert all(torch.equal(seen[k], result.weights[k]) for k in result.weights)  # the EMA
     assert not all(torch.equal(net.state_dict()[k], result.weights[k]) for k in result.weights)
+
+
+def test_a_paradigm_may_override_the_diffusion_recipe(tmp_path: Path) -> None:
+    params = json.loads(json.dumps(PARAMS))
+    params["train"]["arith"]["paradigms"] = {"aogpt": {"steps": 6}}
+    _stage(tmp_path, params, "ar")
+    assert [r["step"] for r in _stage(tmp_path, params, "aogpt")] == [2, 4, 6]
+    recipe = TaskTrainConfig(ar=TrainConfig(steps=1), diffusion=TrainConfig(steps=2, lr=0.1),
+                             paradigms={"setdlm": {"steps": 3}})  # fmt: skip
+    assert recipe.for_paradigm("setdlm") == TrainConfig(steps=3, lr=0.1)
+    assert recipe.for_paradigm("mdlm") == TrainConfig(steps=2, lr=0.1)
+
+
+@pytest.mark.parametrize(
+    ("paradigms", "match"),
+    [
+        ({"ar": {"steps": 3}}, r"paradigms: \['ar'\] are not diffusion paradigms"),
+        ({"setdlm": {"stpes": 3}}, r"paradigms\.setdlm.*stpes"),
+        ({"setdlm": {"steps": 0}}, r"steps must be >= 1"),
+    ],
+)
+def test_bad_paradigm_overrides_are_refused_naming_the_key(
+    tmp_path: Path, paradigms: dict[str, Any], match: str
+) -> None:
+    params = json.loads(json.dumps(PARAMS))
+    params["train"]["arith"]["paradigms"] = paradigms
+    with pytest.raises(ConfigError, match=match):
+        _stage(tmp_path, params, "ar")
