@@ -2,6 +2,8 @@
 
 Each paradigm is a config record plus a class with
 - ``sample_noise(batch, generator) -> Noise``: its random draws (orders, noise levels, masks);
+  ``training_noise`` the draws of a training step (the same, except where a recipe deviates
+  from the estimator, as BD3LM's mask in every block);
 - ``loss(model, batch, generator, noise=None) -> LossOutput``: its training mask and loss, all on
   the same `Transformer` backbone;
 - ``decode_policy(options) -> DecodePolicy``: its sampler (see `setdiff.sampling`).
@@ -135,6 +137,15 @@ def _reduce_masked(
     )
 
 
+def _smallest_per_block(score: torch.Tensor, block_size: int) -> torch.Tensor:
+    """(B, L) bool: the position of each block's smallest score (blocks of `block_size` from 0;
+    the last may be short)."""
+    B, L = score.shape
+    padded = F.pad(score, (0, -L % block_size), value=torch.inf).view(B, -1, block_size)
+    first = F.one_hot(padded.argmin(-1), block_size).bool()
+    return first.view(B, -1)[:, :L]
+
+
 def _masked_nll(logits: torch.Tensor, targets: torch.Tensor, mask_id: int) -> torch.Tensor:
     """(B, T) NLL with the [MASK] logit at -inf (zero-masking parameterization)."""
     logits = logits.float()
@@ -178,6 +189,9 @@ class BD3LMConfig:
     block_size: int = 4
     """S, tokens per block."""
     eps: float = 1e-3
+    mask_every_block: bool = True
+    """Training masks at least one target of every block (the reference recipe: a block drawn
+    without a mask teaches nothing). Evaluation keeps the plain draw, an unbiased NELBO."""
 
     def __post_init__(self) -> None:
         check(self.block_size >= 1, f"block_size must be >= 1, got {self.block_size}")
@@ -261,6 +275,10 @@ class _Paradigm:
     def sample_noise(self, batch: Batch, generator: torch.Generator | None = None) -> Noise:
         return {}
 
+    def training_noise(self, batch: Batch, generator: torch.Generator | None = None) -> Noise:
+        """The draws of one training step (`setdiff.train`); evaluation uses `sample_noise`."""
+        return self.sample_noise(batch, generator)
+
     def loss(
         self,
         model: Transformer,
@@ -339,12 +357,24 @@ class BD3LM(_Paradigm):
             "u": torch.rand(B, L, generator=generator),
         }
 
+    def training_noise(self, batch: Batch, generator: torch.Generator | None = None) -> Noise:
+        noise = self.sample_noise(batch, generator)
+        if self.config.mask_every_block:
+            noise["mask_every_block"] = torch.ones(batch.tokens.shape[0], dtype=torch.bool)
+        return noise
+
     def loss_with_noise(self, model: Transformer, batch: Batch, noise: Noise) -> LossOutput:
         tokens, targets = batch.tokens, batch.is_target
         L = tokens.shape[1]
         S, eps = self.config.block_size, self.config.eps
         t = noise["t"].to(tokens.device)  # (B, L): each position's block noise level
-        masked = targets & (noise["u"].to(tokens.device) < (1 - eps) * t)
+        u = noise["u"].to(tokens.device)
+        masked = targets & (u < (1 - eps) * t)
+        if "mask_every_block" in noise:
+            # The target with the smallest draw in each block is masked: a no-op for blocks that
+            # drew a mask (that target is among them), one mask for those that drew none.
+            forced = _smallest_per_block(torch.where(targets, u, torch.inf), S) & targets
+            masked |= forced & noise["mask_every_block"].to(tokens.device)[:, None]
         xt = torch.where(masked, self.mask_id, tokens)
         valid2 = torch.cat((batch.valid, batch.valid), dim=1)
         mask_mod = make_block_diffusion_mask_mod(L, S)

@@ -251,7 +251,7 @@ def _step(
     them over ranks: the result is the gradient of the global mean, whatever the split.
     Gradients accumulate: the caller zeroes them."""
     batch = split.sample(config.batch_size, generator)
-    noise = paradigm.sample_noise(batch, generator)
+    noise = paradigm.training_noise(batch, generator)
     share = config.batch_size // world
     micro = config.micro_batch_size or share  # divides share: checked by `train`
     total = torch.zeros((), device=device)

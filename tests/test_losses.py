@@ -410,8 +410,8 @@ def test_bd3lm_inputs_and_mask(
     masked = xt == MASK_ID
     assert not (masked & ~batch.is_target).any()
     assert torch.equal(torch.where(masked, batch.tokens, xt), batch.tokens)
-    # (spec 5.6's "every block forced to contain >= 1 mask" was dropped on purpose in 9d1f82c,
-    # together with the per-sequence masked-mean objective, so it is not asserted here.)
+    # (the plain draw, as evaluation uses it: spec 5.6's mask in every block is training-only,
+    # test_bd3lm_training_masks_every_block)
     assert torch.equal(positions.expand(5, 2 * L), torch.arange(L).repeat(2).expand(5, 2 * L))
     # mask = block-diffusion rule table AND valid keys
     ref = torch.zeros(5, 1, 2 * L, 2 * L, dtype=torch.bool)
@@ -439,3 +439,38 @@ def test_bd3lm_inputs_and_mask(
         if masked[b].any():
             per_seq.append(s / int(masked[b].sum()))
     assert out.loss.item() == pytest.approx(sum(per_seq) / len(per_seq), abs=1e-5)
+
+
+@pytest.mark.parametrize("S", [1, 2, 3, 4])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_bd3lm_training_masks_every_block(
+    make_tiny_model: Callable[..., Transformer], S: int, seed: int
+) -> None:
+    """Training draws (spec 5.6): every block holding a target has a mask, and the draw only
+    adds one where the plain draw had none; evaluation (sample_noise) keeps the plain draw."""
+    batch = make_batch(40 + seed)
+    paradigm = make_paradigm("bd3lm", BD3LMConfig(block_size=S), mask_id=MASK_ID)
+    noise = paradigm.training_noise(batch, torch.Generator().manual_seed(seed))
+    plain = {k: v for k, v in noise.items() if k != "mask_every_block"}
+    assert plain.keys() == paradigm.sample_noise(batch).keys()
+
+    def masked_by(draw: dict[str, torch.Tensor]) -> torch.Tensor:
+        spy = Spy(make_tiny_model(seed=13))
+        with torch.no_grad():
+            paradigm.loss(spy, batch, noise=draw)
+        return spy.calls[0][0][:, L:] == MASK_ID
+
+    forced, drawn = masked_by(noise), masked_by(plain)
+    assert not (forced & ~batch.is_target).any()
+    assert (drawn <= forced).all()  # the draw's masks stay
+    for b in range(batch.tokens.shape[0]):
+        for start in range(0, L, S):
+            block = slice(start, start + S)
+            if batch.is_target[b, block].any():
+                assert forced[b, block].any(), (b, start)
+            if drawn[b, block].any() or not batch.is_target[b, block].any():
+                assert torch.equal(forced[b, block], drawn[b, block])
+            else:
+                assert int(forced[b, block].sum()) == 1
+    off = make_paradigm("bd3lm", BD3LMConfig(block_size=S, mask_every_block=False), mask_id=MASK_ID)
+    assert off.training_noise(batch, torch.Generator().manual_seed(seed)).keys() == plain.keys()
