@@ -32,15 +32,22 @@ def sh(*cmd: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, env=env(cwd), check=check, capture_output=True, text=True)
 
 
+OUTPUTS = ("data", "models", "metrics", "checkpoints", "results", "ablations")
+"""Pipeline outputs: a copy leaves them out (the committed metrics of the default run too), so a
+test's run starts from nothing."""
+
+
 def copy_checkout(dest: Path) -> Path:
     """A git repository at `dest` holding the tracked (and untracked, unignored) files of this
-    checkout: no data, models or results."""
+    checkout: no data, models, metrics or results."""
     files = sh("git", "ls-files", "-co", "--exclude-standard", cwd=ROOT).stdout.split()
     for name in files:
+        if name.split("/")[0] in OUTPUTS:
+            continue
         if (ROOT / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, dest / name)
-    for p in ("data", "models", "metrics", "checkpoints", "results", "ablations"):
+    for p in OUTPUTS:
         assert not (dest / p).exists()
     sh("git", "init", "-q", cwd=dest)
     sh("git", "add", "-A", cwd=dest)
