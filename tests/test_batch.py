@@ -266,3 +266,37 @@ def test_bad_arguments(
     with pytest.raises(ValueError, match=match) as err:
         generate_batch(no_compute, prompts, paradigm=make_paradigm(name, mask_id=MASK_ID), **args)
     assert "\n" not in str(err.value)
+
+
+class _Letters:
+    """A tokenizer stand-in: id i decodes to the letter chr(97 + i)."""
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(97 + i) for i in ids)
+
+
+@pytest.mark.parametrize(
+    ("name", "options"), [("ar", {}), ("setdlm", {"window": 4, "threshold": 0.5}), ("bd3lm", {})]
+)
+def test_stop_strings_rows_equal_alone(sharp_model: Transformer, name: str, options: dict) -> None:
+    from pathlib import Path
+
+    from setdiff.artifacts import LoadedModel
+
+    model = LoadedModel(sharp_model, make_paradigm(name, mask_id=MASK_ID), _Letters(), Path())
+    free = [
+        generate(model, p, max_new_tokens=n, **options) for p, n in zip(PROMPTS, NEW, strict=True)
+    ]
+    texts = [_Letters().decode(r.tokens) for r in free]
+    bigrams = sorted({t[i : i + 2] for t in texts for i in range(len(t) - 1)})
+    stop = next(b for b in bigrams if 0 < sum(b in t for t in texts) < len(texts))
+    rows = generate_batch(model, PROMPTS, max_new_tokens=NEW, stop_strings=[stop], **options)
+    for p, n, row in zip(PROMPTS, NEW, rows, strict=True):
+        alone = generate(model, p, max_new_tokens=n, stop_strings=[stop], **options)
+        assert (row.tokens, row.steps, row.nfe, row.stopped) == (
+            alone.tokens,
+            alone.steps,
+            alone.nfe,
+            alone.stopped,
+        )
+    assert any(r.stopped for r in rows) and not all(r.stopped for r in rows)

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+import yaml
 
-from setdiff.artifacts import LoadedModel
+from setdiff.artifacts import LoadedModel, save_model_dir
 from setdiff.bench.throughput import Method, parse_config, sweep
 from setdiff.config import ConfigError
+from setdiff.data import to_jsonl
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import make_paradigm
-from setdiff.tokenizer import Tokenizer, TokenizerConfig, train_tokenizer
+from setdiff.stages import bench, tokenize
+from setdiff.tokenizer import Tokenizer, TokenizerConfig, load_tokenizer, train_tokenizer
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -23,22 +28,21 @@ RECORDS = [
 ]
 
 
+def _net(vocab_size: int) -> Transformer:
+    torch.manual_seed(0)
+    config = ModelConfig(
+        vocab_size=vocab_size, n_layer=1, n_head=2, n_kv_head=1, d_model=16, d_ff=32, max_seq_len=16
+    )
+    net = Transformer(config).float().eval()
+    with torch.no_grad():  # spread the confidences of an untrained model
+        net.lm_head.weight.mul_(20.0)
+    return net
+
+
 def _model(paradigm: str) -> LoadedModel:
     texts = [r[k] for r in RECORDS for k in ("prompt", "target")]
     tokenizer = Tokenizer(train_tokenizer(texts, TokenizerConfig(kind="char", seq_len=16)))
-    torch.manual_seed(0)
-    config = ModelConfig(
-        vocab_size=tokenizer.vocab_size,
-        n_layer=1,
-        n_head=2,
-        n_kv_head=1,
-        d_model=16,
-        d_ff=32,
-        max_seq_len=16,
-    )
-    net = Transformer(config).float().eval()
-    with torch.no_grad():
-        net.lm_head.weight.mul_(20.0)
+    net = _net(tokenizer.vocab_size)
     return LoadedModel(net, make_paradigm(paradigm, mask_id=tokenizer.mask_id), tokenizer, Path())
 
 
@@ -77,3 +81,77 @@ def test_parse_config() -> None:
         parse_config("gpt:window=2")
     with pytest.raises(ConfigError, match="key=value"):
         parse_config("setdlm:window")
+
+
+# ---------------------------------------------------------------------------------------------
+# the bench stage's throughput sweep
+
+STAGE_PARAMS: dict[str, Any] = {
+    "tokenizer": {"arith": {"kind": "char", "seq_len": 16}},
+    "decode": {"ar": {}, "setdlm": {"window": 2}},
+    "bench": {
+        "run": {
+            "n_examples": 3,
+            "warmup": 1,
+            "threads": 1,
+            "throughput": {
+                "batch_sizes": [1, 4],
+                "n_examples": 5,
+                "configs": ["setdlm threshold=0.5"],
+            },
+        },
+        "sweep": {"setdlm": {"threshold": ["off", 0.5]}},
+    },
+    "study": {"tasks": ["arith"], "paradigms": ["ar", "setdlm"], "diffusion": ["setdlm"]},
+}
+
+
+def _repo(root: Path, params: dict[str, Any]) -> Path:
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    raw = root / "data" / "arith" / "raw"
+    raw.mkdir(parents=True)
+    for split in ("train", "valid", "test"):
+        (raw / f"{split}.jsonl").write_bytes(to_jsonl(RECORDS))
+    _run(tokenize, root)
+    tokenizer_file = root / "data/arith/tokenizer/tokenizer.json"
+    tokenizer = load_tokenizer(tokenizer_file)
+    for paradigm in ("ar", "setdlm"):
+        save_model_dir(
+            root / "models/arith" / paradigm,
+            _net(tokenizer.vocab_size),
+            make_paradigm(paradigm, mask_id=tokenizer.mask_id),
+            tokenizer_file=tokenizer_file,
+            extra={"task": "arith"},
+        )
+    return root
+
+
+def _run(stage: Any, root: Path) -> None:
+    stage.main(["--params", str(root / "params.yaml"), "--task", "arith", "--root", str(root)])
+
+
+def test_bench_stage_writes_the_throughput_sweep(tmp_path: Path) -> None:
+    root = _repo(tmp_path, STAGE_PARAMS)
+    _run(bench, root)
+    out = json.loads((root / "results/throughput/arith.json").read_text())
+    assert out["batch_sizes"] == [1, 4]
+    assert out["methods"] == ["ar default", "setdlm threshold=0.5"]
+    assert {(f["method"], f["batch_size"]) for f in out["figures"]} == {
+        (m, b) for m in out["methods"] for b in (1, 4)
+    }
+    assert [(f["identical_to_batch1"], f["n_examples"]) for f in out["figures"]] == [(True, 5)] * 4
+
+
+def test_bench_stage_throughput_off_and_unknown_config(tmp_path: Path) -> None:
+    params = json.loads(json.dumps(STAGE_PARAMS))
+    params["bench"]["run"]["throughput"] = {"configs": ["setdlm threshold=0.7 window=2"]}
+    root = _repo(tmp_path, params)
+    with pytest.raises(
+        ConfigError, match=r"throughput.configs: \['setdlm threshold=0.7 window=2'\]"
+    ):
+        _run(bench, root)
+    params["bench"]["run"]["throughput"] = {}
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    _run(bench, root)
+    out = json.loads((root / "results/throughput/arith.json").read_text())
+    assert out["batch_sizes"] == [] and out["figures"] == []

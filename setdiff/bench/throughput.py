@@ -24,6 +24,7 @@ import argparse
 import dataclasses
 import logging
 import statistics
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -291,4 +292,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ValueError as err:  # ConfigError, a bad decode option: one line, exit status 2
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)

@@ -19,7 +19,7 @@ from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.params import Params, load_params
 from setdiff.stages.backbone import BackboneStudyConfig
 from setdiff.stages.baseline import BaselineConfig
-from setdiff.stages.bench import BenchRunConfig, configurations
+from setdiff.stages.bench import BenchRunConfig, configurations, throughput_configurations
 from setdiff.stages.common import StudyConfig, model_config, paradigm_config, pretrained_source
 from setdiff.stages.evaluate import EvalConfig
 from setdiff.stages.textgen import TextGenConfig
@@ -92,14 +92,16 @@ def validate(params: Params) -> StudyConfig:
 
 
 def _validate_bench(params: Params, study: StudyConfig) -> None:
-    params.section("bench.run", BenchRunConfig)
+    run = params.section("bench.run", BenchRunConfig)
+    configs = configurations(params, study.paradigms)
+    throughput_configurations(configs, run.throughput.configs, str(params.path))
     for task in params.get_path("bench.tasks"):
         if task not in study.tasks or task not in ANSWER_TASKS:
             raise ConfigError(
                 f"{params.path}: bench.tasks: {task!r} must be a study task with "
                 f"answers ({sorted(ANSWER_TASKS)})"
             )
-    for config in configurations(params, study.paradigms):
+    for config in configs:
         paradigm = make_paradigm(
             config.paradigm, paradigm_config(params, config.paradigm), mask_id=0
         )
