@@ -1,7 +1,7 @@
 """Throughput regime: tokens/s of batched decoding at several batch sizes, for every paradigm.
 
     python -m setdiff.bench.throughput --root . --task arith [--batch-sizes 1,4,16,64]
-        [--n-examples 64] [--config "setdlm:window=2,threshold=0.9"] [--stand-in]
+        [--n-examples 64] [--config "setdlm:window=4,threshold=0.9"] [--stand-in] [--weights P=F]
         [--out metrics/bench/throughput.json]
 
 Each method (a paradigm's model with one decode configuration; AR is plain batched AR in our
@@ -16,11 +16,14 @@ against the batch-1 run of the same method: same tokens (hence the same accuracy
 `--stand-in` decodes a paradigm whose model directory is missing with the AR checkpoint's weights
 under that paradigm's sampler: its step costs are real, its tokens (and so its accuracy and tokens
 per forward) are not those of a trained model; the figures say ``stand_in: true``.
+`--weights setdlm=file.pt` decodes a paradigm with a state dict of the AR backbone's shape instead
+(e.g. a fine-tune kept outside models/), under the `STAND_IN_CONFIGS` settings.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import logging
 import statistics
@@ -170,17 +173,17 @@ def _ratio(tally: _Tally, ar: _Tally | None, clock: str) -> float | None:
 
 STAND_IN_CONFIGS: dict[str, dict[str, Any]] = {
     "mdlm": {"pad_targets": True},
-    "bd3lm": {"block_size": 2},
+    "bd3lm": {"block_size": 4},
     "aogpt": {"ltr_share": 0.1, "pad_targets": True},
-    "setdlm": {"set_size": 2},
+    "setdlm": {"set_size": 4},
 }
 """Paradigm settings of a stand-in (the default preset's `paradigm` section)."""
 
 DEFAULT_CONFIGS = [
     "ar:",
-    "setdlm:window=2,threshold=off",
-    "setdlm:window=2,threshold=0.9",
+    "setdlm:window=4,threshold=off",
     "setdlm:window=4,threshold=0.9",
+    "setdlm:window=8,threshold=0.9",
     "bd3lm:threshold=0.9",
     "aogpt:order=confidence,window=4",
     "mdlm:chunk_size=8,threshold=0.9",
@@ -214,11 +217,29 @@ def _parse_value(value: str) -> Any:
     return value
 
 
-def load_methods(root: Path, task: str, configs: Sequence[str], *, stand_in: bool) -> list[Method]:
-    """A `Method` per config; a missing model directory is an error unless `stand_in`."""
+def load_methods(
+    root: Path,
+    task: str,
+    configs: Sequence[str],
+    *,
+    stand_in: bool,
+    weights: Mapping[str, Path] | None = None,
+) -> list[Method]:
+    """A `Method` per config; a missing model directory is an error unless `stand_in`.
+
+    `weights` maps a paradigm to a state dict of the AR backbone's shape (e.g. a fine-tune kept
+    outside models/), decoded under that paradigm's `STAND_IN_CONFIGS` settings."""
     ar_dir = root / "models" / task / "ar"
     ar = load_model(ar_dir, paradigm="ar", task=task)
     models: dict[str, tuple[LoadedModel, bool]] = {"ar": (ar, False)}
+    for paradigm, path in (weights or {}).items():
+        if paradigm not in STAND_IN_CONFIGS:
+            raise ConfigError(f"--weights: {paradigm!r} must be one of {sorted(STAND_IN_CONFIGS)}")
+        net = copy.deepcopy(ar.net)
+        net.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        config = PARADIGMS[paradigm][0](**STAND_IN_CONFIGS[paradigm])
+        loaded = make_paradigm(paradigm, config, mask_id=ar.paradigm.mask_id)
+        models[paradigm] = (LoadedModel(net.eval(), loaded, ar.tokenizer, Path(path)), False)
     methods = []
     for text in configs:
         paradigm, label, options = parse_config(text)
@@ -251,6 +272,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=2, help="validation prompts to warm up on")
     parser.add_argument("--config", action="append", help="paradigm:key=value,... (repeat)")
     parser.add_argument("--stand-in", action="store_true")
+    parser.add_argument(
+        "--weights",
+        action="append",
+        default=[],
+        help="paradigm=file.pt: that paradigm's weights (a state dict of the AR backbone's shape)",
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="metrics/bench/throughput.json")
@@ -266,7 +293,15 @@ def main(argv: list[str] | None = None) -> None:
         raise ConfigError("--batch-sizes and --n-examples must be >= 1")
     torch.set_num_threads(args.threads)
     root = Path(args.root)
-    methods = load_methods(root, args.task, args.config or DEFAULT_CONFIGS, stand_in=args.stand_in)
+    weights = {}
+    for item in args.weights:
+        paradigm, eq, path = item.partition("=")
+        if not eq or not Path(path).is_file():
+            raise ConfigError(f"--weights: expected paradigm=existing_file.pt, got {item!r}")
+        weights[paradigm] = Path(path)
+    methods = load_methods(
+        root, args.task, args.config or DEFAULT_CONFIGS, stand_in=args.stand_in, weights=weights
+    )
     raw = root / "data" / args.task / "raw"
     records = read_records(raw / "test.jsonl", args.task)[: args.n_examples]
     warmup = read_records(raw / "valid.jsonl", args.task)[: args.warmup]
