@@ -26,7 +26,7 @@ export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	# torch is pinned exactly: a range would pull a multi-GB CUDA build on CPU machines.
-	$(BIN)/pip install --quiet torch==2.13.0 -e '.[dev]'
+	$(BIN)/pip install --quiet torch==2.13.0 -e '.[dev,eval]'
 	touch $@
 
 install: $(BIN)/.installed

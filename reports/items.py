@@ -193,6 +193,20 @@ ITEMS: tuple[Item, ...] = (
         ),
     ),
     Item(
+        name="lmeval",
+        title="lm-evaluation-harness vs our scorer",
+        section=TRADEOFF,
+        needs=("lmeval",),
+        make=lambda d: _when(d.run.lmeval, tables.lmeval_table),
+        caption=(
+            "`setdiff lmeval`: the same first test prompts through lm-eval (task "
+            "`setdiff_<task>`: its regex extraction and exact match) and through the evaluate "
+            "stage's decoding and scorer; vLLM serves the AR export to lm-eval's "
+            "`local-completions` client and is compared with our AR. The scorers differ only on "
+            "answers equal as numbers but not as strings (`+5`, `05`, `5.0`): ours accepts them."
+        ),
+    ),
+    Item(
         name="window_threshold_heatmap",
         title="setdlm sweep: window x threshold",
         section=ABLATION,

@@ -58,6 +58,7 @@ KINDS: dict[str, str] = {
     "textgen": "metrics/textgen/<task>/<paradigm>.json",
     "trials": "ablations/<task>/trials.csv or ablations/<task>/<study>/study.json",
     "backbone": "metrics/backbone/<task>.json",
+    "lmeval": "metrics/lmeval/<task>/summary.json",
     "params": "params.yaml",
     "lock": "dvc.lock",
 }
@@ -88,6 +89,8 @@ class Run:
     trials: pd.DataFrame
     backbone: pd.DataFrame
     """The backbone study: one row per (task, variant), accuracies as the stage wrote them."""
+    lmeval: pd.DataFrame
+    """lm-eval vs our scorer: one row per (task, engine), as the lmeval stage wrote them."""
     lock: pd.DataFrame
     """stage, kind (dep/out), path, md5 from dvc.lock."""
     params: dict[str, Any]
@@ -414,6 +417,27 @@ def _load_backbone(root: Path, params: dict[str, Any], log: _Log) -> pd.DataFram
     return pd.DataFrame(records)
 
 
+def _load_lmeval(root: Path, params: dict[str, Any], log: _Log) -> pd.DataFrame:
+    """``metrics/lmeval/<task>/summary.json`` of the tasks params list or that exist."""
+    tasks = _union(_get(params, "lmeval.tasks") or [], _subdirs(root / "metrics/lmeval"))
+    if not tasks:
+        log.add("metrics/lmeval/", "not found (the lmeval stage has not run)", "lmeval", True)
+    records = []
+    for task in tasks:
+        path = f"metrics/lmeval/{task}/summary.json"
+        data, problem = read_json(root / path)
+        log.add(path, problem, "lmeval")
+        engines = data.get("engines") if isinstance(data, dict) else None
+        for engine, row in (engines if isinstance(engines, dict) else {}).items():
+            if isinstance(row, dict):
+                flat = {k: v for k, v in row.items() if not isinstance(v, dict | list)}
+                records.append({"task": task, "engine": engine, **flat})
+                if row.get("status") != "ran":
+                    why = f"{engine} {row.get('status')}: {row.get('reason', '')}"
+                    log.add(f"{path}#{engine}", why, "lmeval", True)
+    return pd.DataFrame(records)
+
+
 def _load_lock(root: Path, log: _Log) -> pd.DataFrame:
     lock, problem = read_yaml(root / "dvc.lock")
     log.add("dvc.lock", problem, "lock")
@@ -472,6 +496,7 @@ def load_run(root: Path | str) -> Run:
         textgen=textgen,
         trials=_load_trials(root, expect, log),
         backbone=_load_backbone(root, params, log),
+        lmeval=_load_lmeval(root, params, log),
         lock=_load_lock(root, log),
         params=params,
         missing=log.items,

@@ -214,6 +214,33 @@ def training_table(train: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def lmeval_table(lmeval: pd.DataFrame) -> pd.DataFrame:
+    """One row per (task, engine): lm-eval's exact match beside the evaluate stage's scorer on
+    the same prompts, with how many decoded texts and verdicts agree; skipped engines say why."""
+    if lmeval.empty:
+        return pd.DataFrame()
+    rows = []
+    for _, r in lmeval.iterrows():
+        ran = r.get("status") == "ran"
+        n = r.get("n") if ran else None
+        rows.append(
+            {
+                "task": r["task"],
+                "engine": _lmeval_engine(str(r["engine"])),
+                "lm-eval accuracy": fmt(r.get("lmeval_accuracy"), ".3f") if ran else "",
+                "setdiff accuracy": fmt(r.get("setdiff_accuracy"), ".3f") if ran else "",
+                "same text": f"{r.get('same_text'):.0f}/{n:.0f}" if ran else "",
+                "same verdict": f"{r.get('same_verdict'):.0f}/{n:.0f}" if ran else "",
+                "status": "ran" if ran else f"{r.get('status')}: {r.get('reason', '')}",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _lmeval_engine(engine: str) -> str:
+    return "ar · vLLM (local-completions)" if engine == "vllm" else f"{engine} · setdiff"
+
+
 def backbone_table(backbone: pd.DataFrame) -> pd.DataFrame:
     """One row per variant: AR and setdlm accuracy (± binomial SE), the gap to AR per D."""
     if backbone.empty:

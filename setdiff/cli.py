@@ -28,6 +28,7 @@ STAGES: dict[str, str] = {
     "trial": "One ablation trial (train at a reduced budget or load, then decode); result.json.",
     "promote": "Write an ablation study's Pareto configurations into params/<preset>.yaml.",
     "textgen": "Text quality: verse infilling and unconditional generation of one model.",
+    "lmeval": "Answer accuracy through lm-evaluation-harness beside our scorer; metrics/lmeval/.",
     "backbone": "Backbone study: AR and setdlm accuracy per backbone variant; metrics/.",
     "summary": "Headline numbers of a run (--write: record metrics/summary.json); ends make run.",
 }

@@ -22,6 +22,7 @@ from setdiff.stages.baseline import BaselineConfig
 from setdiff.stages.bench import BenchRunConfig, configurations, throughput_configurations
 from setdiff.stages.common import StudyConfig, model_config, paradigm_config, pretrained_source
 from setdiff.stages.evaluate import EvalConfig
+from setdiff.stages.lmeval import LmevalConfig
 from setdiff.stages.textgen import TextGenConfig
 from setdiff.stages.train import TaskTrainConfig
 from setdiff.tokenizer import TokenizerConfig
@@ -41,6 +42,7 @@ TOP_LEVEL = (
     "baseline",
     "ablation",
     "backbone",
+    "lmeval",
 )
 """Every top-level key a preset may hold (each is read by some stage)."""
 
@@ -83,12 +85,27 @@ def validate(params: Params) -> StudyConfig:
     params.section("baseline", BaselineConfig)
     if study.textgen:
         params.section("textgen", TextGenConfig)
+    _validate_lmeval(params, study)
     if "ablation" in params:
         validate_ablation(params, study)
     extra = sorted(set(params.get_path("paradigm")) - set(PARADIGMS))
     if extra:
         raise ConfigError(f"{params.path}: paradigm: unknown paradigm(s) {extra}")
     return study
+
+
+def _validate_lmeval(params: Params, study: StudyConfig) -> None:
+    """``lmeval`` (required by dvc.yaml's ``foreach: ${lmeval.tasks}``; ``tasks: []`` = off)."""
+    lmeval = params.section("lmeval", LmevalConfig)
+    bad = [t for t in lmeval.tasks if t not in study.tasks or t not in ANSWER_TASKS]
+    if bad:
+        raise ConfigError(
+            f"{params.path}: lmeval.tasks: {bad} must be study tasks with answers "
+            f"({sorted(ANSWER_TASKS)})"
+        )
+    outside = [p for p in lmeval.paradigms if p not in study.paradigms]
+    if outside:
+        raise ConfigError(f"{params.path}: lmeval.paradigms: {outside} not in study.paradigms")
 
 
 def _validate_bench(params: Params, study: StudyConfig) -> None:
