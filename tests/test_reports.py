@@ -331,6 +331,17 @@ BACKBONE = {
 }  # fmt: skip
 
 
+LMEVAL = {
+    "task": "arith",
+    "n_examples": 20,
+    "engines": {
+        name: {"status": "ran", "lmeval_accuracy": acc, "setdiff_accuracy": acc, "n": 20,
+               "same_text": 20, "same_verdict": 20, "disagreements": []}
+        for name, acc in (("ar", 0.95), ("setdlm", 0.8), ("vllm", 0.95))
+    },
+}  # fmt: skip
+
+
 def write_run(root: Path, seed: int = 0, speed: float = 1.0, preset: str = "test") -> Path:
     """A complete synthetic run: bench (+ traces, baseline), tradeoff, evaluate, train, textgen,
     ablation trials, params.yaml and dvc.lock."""
@@ -382,6 +393,7 @@ def write_run(root: Path, seed: int = 0, speed: float = 1.0, preset: str = "test
         _textgen(root, paradigm, rng)
     _write(root / "ablations/arith/trials.csv", _trials(rng).to_csv(index=False))
     _json(root / "metrics/backbone/arith.json", BACKBONE)
+    _json(root / "metrics/lmeval/arith/summary.json", LMEVAL)
     lock = {
         "schema": "2.0",
         "stages": {
@@ -467,6 +479,13 @@ def test_complete_run_has_nothing_missing(derived: Derived) -> None:
     assert set(run.evaluate["paradigm"]) == set(PARADIGMS)
     assert list(run.lock["md5"]) == ["aa11.dir", "bb22"]
     assert run.trials["is_pareto"].dtype == bool
+
+
+def test_lmeval_table_shows_both_scorers_and_agreement(derived: Derived) -> None:
+    table = tables.lmeval_table(derived.run.lmeval).set_index("engine")
+    assert table.loc["setdlm · setdiff", "lm-eval accuracy"] == "0.800"
+    assert table.loc["setdlm · setdiff", "setdiff accuracy"] == "0.800"
+    assert table.loc["ar · vLLM (local-completions)", "same text"] == "20/20"
 
 
 def test_backbone_table_shows_accuracy_with_error_and_gap(derived: Derived) -> None:
