@@ -308,3 +308,25 @@ def test_loglikelihood_is_a_bound_for_the_other_paradigms(repo: Path) -> None:
     assert bound < 0 and not greedy and again == bound  # seeded
     info = lm.get_model_info()["setdiff"]
     assert info["likelihood"] == "bound" and "lower bound" in info["likelihood_note"]
+
+
+def test_results_are_written_without_this_checkouts_path_or_the_clock(tmp_path: Path) -> None:
+    from setdiff.stages.lmeval import portable
+
+    source = str(tmp_path.resolve() / "setdiff" / "lmeval" / "tasks" / "arith.yaml")
+    results = {
+        "date": 1796109542.9,
+        "pretty_env_info": "PyTorch version: ...",
+        "git_hash": "eacd28d",
+        "configs": {"setdiff_arith": {"dataset_kwargs": {"source": source}, "num_fewshot": 0}},
+        "results": {"setdiff_arith": {"exact_match,strict-match": 0.5}},
+    }
+    assert portable(results, tmp_path) == {
+        "configs": {
+            "setdiff_arith": {
+                "dataset_kwargs": {"source": "setdiff/lmeval/tasks/arith.yaml"},
+                "num_fewshot": 0,
+            }
+        },
+        "results": {"setdiff_arith": {"exact_match,strict-match": 0.5}},
+    }

@@ -109,12 +109,32 @@ def main(argv: list[str]) -> None:
             decode_options={"seed": config.seed, **lm.decode_options},
         )
         results, samples = evaluate(lm, args.task, layout.root, len(records))
-        write_json(out / f"{name}.json", results)
+        write_json(out / f"{name}.json", portable(results, layout.root))
         summary["engines"][name] = side_by_side(results, samples, ours[name], lm.decode_options)
     if config.vllm.run:
         summary["engines"]["vllm"] = _vllm(config, layout, models["ar"], ours["ar"], len(records))
     write_json(out / "summary.json", summary)
     log.info("%s", {k: v.get("lmeval_accuracy") for k, v in summary["engines"].items()})
+
+
+VOLATILE = frozenset(
+    {"date", "start_time", "end_time", "total_evaluation_time_seconds", "pretty_env_info"}
+    | {"git_hash", "upper_git_hash"}
+)
+"""lm-eval result keys that name this machine or this moment, not the evaluation."""
+
+
+def portable(value: Any, root: Path) -> Any:
+    """lm-eval's results as a metrics file: paths relative to the repository root and no
+    clock or machine fields, so the same run writes the same file on any checkout."""
+    prefix = str(Path(root).resolve()) + "/"
+    if isinstance(value, dict):
+        return {k: portable(v, root) for k, v in value.items() if k not in VOLATILE}
+    if isinstance(value, list):
+        return [portable(v, root) for v in value]
+    if isinstance(value, str):
+        return value.replace(prefix, "")
+    return value
 
 
 def evaluate(
@@ -208,7 +228,10 @@ def _vllm(
                 "logit_bias": {str(ar.tok.mask_id): -100},
             },
         )
-    write_json(layout.root / "metrics" / "lmeval" / layout.task / "vllm.json", results)
+    write_json(
+        layout.root / "metrics" / "lmeval" / layout.task / "vllm.json",
+        portable(results, layout.root),
+    )
     row = side_by_side(results, samples, ours, {})
     return {**row, "engine": "vLLM through lm-eval's local-completions", "compared_with": "ar"}
 
