@@ -19,6 +19,9 @@ Training layouts (length L):
       noisy->noisy  b_q == b_k      bidirectional within the block
       clean->noisy  never
   With block size 1 the block-diffusion mask equals the set-causal mask (identity order).
+  * shifted (``shift: true``; see `make_hidden_key_mask_mod`): either rule, except that a
+    query whose input stands in for the clean token at position p - 1 does not also see that
+    token's clean copy.
 
 Decoding: `decode_mask` builds the rows of one sampler forward from commit groups; see there.
 Shapes: Q queries, K keys, B batch.
@@ -98,12 +101,39 @@ def make_block_diffusion_mask_mod(length: int, block_size: int) -> MaskMod:
     return block_diffusion
 
 
+def make_hidden_key_mask_mod(base: MaskMod, hidden_BQ: torch.Tensor) -> MaskMod:
+    """`base` with one key hidden per query (shifted queries, ``shift: true``).
+
+    A shifted query predicting position p sits at position p - 1 and reads the token there
+    when it is visible (AR's own computation at p - 1). That token's clean copy is then hidden
+    from the query, which sees itself in its place: with every earlier token visible it attends
+    exactly as AR's position p - 1 does.
+
+    Args:
+        hidden_BQ: (B, Q) long, per query index the key index it must not see (-1 = none).
+    """
+
+    def hidden(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return base(b, h, q, k) & (hidden_BQ[b, q] != k)
+
+    return hidden
+
+
 def materialize(mask_mod: MaskMod, n_q: int, n_k: int, device: str = "cpu") -> torch.Tensor:
     """Dense (Q, K) boolean matrix of a mask mod (for SDPA on CPU and for tests)."""
     q = torch.arange(n_q, device=device)[:, None]
     k = torch.arange(n_k, device=device)[None, :]
     zero = torch.zeros((), dtype=torch.long, device=device)
     return mask_mod(zero, zero, q, k).expand(n_q, n_k).clone()
+
+
+def materialize_batched(mask_mod: MaskMod, batch: int, n: int, device: str = "cpu") -> torch.Tensor:
+    """Dense (B, 1, n, n) boolean mask of a per-example mask mod."""
+    b = torch.arange(batch, device=device)[:, None, None]
+    q = torch.arange(n, device=device)[None, :, None]
+    k = torch.arange(n, device=device)[None, None, :]
+    zero = torch.zeros((), dtype=torch.long, device=device)
+    return mask_mod(b, zero, q, k).expand(batch, n, n)[:, None]
 
 
 def causal_mask(length: int) -> torch.Tensor:
@@ -175,6 +205,17 @@ def with_key_padding(mask_QK: torch.Tensor, valid_BK: torch.Tensor) -> torch.Ten
     keys; every real row keeps at least its own key, so no row is empty and SDPA stays finite.
     """
     return mask_QK[None, None] & valid_BK[:, None, None, :]
+
+
+def batched_training_mask(
+    mask_mod: MaskMod, batch: int, n: int, *, kind: AttentionKind = "sdpa", device: Any = "cpu"
+) -> Any:
+    """The mask of one training forward whose rule differs per example (B, 1, n, n)."""
+    if kind == "flex":
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        return create_block_mask(mask_mod, B=batch, H=None, Q_LEN=n, KV_LEN=n, device=str(device))
+    return materialize_batched(mask_mod, batch, n, str(device))
 
 
 def decode_mask(groups: torch.Tensor, n_commit: int, query_attend: torch.Tensor) -> torch.Tensor:

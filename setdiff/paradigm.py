@@ -27,15 +27,19 @@ from setdiff.config import check, frozen
 from setdiff.masks import (
     AttentionKind,
     MaskMod,
+    batched_training_mask,
     make_block_diffusion_mask_mod,
     make_causal_mask_mod,
     make_full_mask_mod,
+    make_hidden_key_mask_mod,
+    make_key_padding_mask_mod,
     make_set_causal_mask_mod,
     training_mask,
 )
 from setdiff.orders import (
     StaggeredSchedule,
     order_from_times,
+    rank_of,
     sample_uniform_times,
 )
 
@@ -176,6 +180,9 @@ class MDLMConfig:
     pad_targets: bool = False
     """Train on the padding after EOS as targets (LLaDA), so the decoder learns the answer's
     length from a fixed canvas; False = padding is hidden and never predicted."""
+    shift: bool = False
+    """Dream's shift, AR-compatible: the output at position p - 1 predicts position p (the
+    canvas keeps [MASK] where a token is unknown); False = each position predicts itself."""
 
     def __post_init__(self) -> None:
         check(0 <= self.eps < 1, f"eps must be in [0, 1), got {self.eps}")
@@ -192,6 +199,9 @@ class BD3LMConfig:
     mask_every_block: bool = True
     """Training masks at least one target of every block (the reference recipe: a block drawn
     without a mask teaches nothing). Evaluation keeps the plain draw, an unbiased NELBO."""
+    shift: bool = False
+    """Shifted queries (see `SetDLMConfig.shift`): the noisy block is fed one position to the
+    left, its first query holding the previous block's last token; S = 1 is then AR."""
 
     def __post_init__(self) -> None:
         check(self.block_size >= 1, f"block_size must be >= 1, got {self.block_size}")
@@ -209,6 +219,14 @@ class SetDLMConfig:
     """s_max; None = 2D."""
     exponent: float | None = None
     """Survival exponent k; None = derived from D (about 1/3)."""
+    ltr_share: float = 0.0
+    """Share of training sequences given the left-to-right order instead of a staggered one
+    (as `AOGPTConfig.ltr_share`); 0 = the paper's schedule alone."""
+    shift: bool = False
+    """Shifted queries, AR-compatible: the query predicting position p sits at p - 1 and reads
+    the token there once it is decoded (else [MASK]); see `setdiff.masks`. A model fine-tuned
+    from AR then starts as that AR model when decoded left to right. False = the paper's
+    parameterization (the [MASK] query at p predicts p, no shift)."""
 
     def __post_init__(self) -> None:
         check(self.set_size >= 1, f"set_size (D) must be >= 1, got {self.set_size}")
@@ -217,6 +235,7 @@ class SetDLMConfig:
             f"max_set_size must be >= set_size, got {self.max_set_size} < {self.set_size}",
         )
         check(self.exponent is None or self.exponent > 0, "exponent must be > 0")
+        check(0 <= self.ltr_share <= 1, f"ltr_share must be in [0, 1], got {self.ltr_share}")
 
     @property
     def s_max(self) -> int:
@@ -240,6 +259,11 @@ class AOGPTConfig:
     """Share of training sequences given the left-to-right order instead of a random one."""
     pad_targets: bool = False
     """Train on the padding after EOS as targets (see `MDLMConfig.pad_targets`)."""
+    shift: bool = False
+    """Shifted queries, AR-compatible: the query predicting position p sits at p - 1 and reads
+    the token there once it is decoded (else [MASK]); see `setdiff.masks`. A model fine-tuned
+    from AR then starts as that AR model when decoded left to right. False = the paper's
+    parameterization (the [MASK] query at p predicts p, no shift)."""
 
     def __post_init__(self) -> None:
         check(0 <= self.ltr_share <= 1, f"ltr_share must be in [0, 1], got {self.ltr_share}")
@@ -338,13 +362,15 @@ class MDLM(_Paradigm):
         xt = torch.where(masked, self.mask_id, tokens)
         mask = self._mask("full", make_full_mask_mod(), L, batch, batch.valid)
         logits = model(xt, batch.positions, mask)
+        if self.config.shift:  # output p - 1 predicts p (position 0, BOS, is never a target)
+            logits, tokens, masked = logits[:, :-1], tokens[:, 1:], masked[:, 1:]
         nll = _masked_nll(logits, tokens, self.mask_id)
         return _reduce_masked(nll, masked, t[:, None], n_tokens)
 
     def decode_policy(self, options: dict[str, Any]) -> DecodePolicy:
         from setdiff.sampling.policies import MDLMPolicy
 
-        return MDLMPolicy.from_options(options)
+        return MDLMPolicy.from_options(options, shift=self.config.shift)
 
 
 class BD3LM(_Paradigm):
@@ -378,16 +404,44 @@ class BD3LM(_Paradigm):
         xt = torch.where(masked, self.mask_id, tokens)
         valid2 = torch.cat((batch.valid, batch.valid), dim=1)
         mask_mod = make_block_diffusion_mask_mod(L, S)
-        mask = self._mask(f"block{S}", mask_mod, 2 * L, batch, valid2)
         positions = torch.cat((batch.positions, batch.positions))
+        if self.config.shift:
+            xt, positions, mask = self._shifted(batch, tokens, xt, mask_mod, valid2)
+        else:
+            mask = self._mask(f"block{S}", mask_mod, 2 * L, batch, valid2)
         logits = model(torch.cat((tokens, xt), dim=1), positions, mask)[:, L:]
         nll = _masked_nll(logits, tokens, self.mask_id)
         return _reduce_masked(nll, masked, t, targets.sum(-1))
 
+    def _shifted(
+        self,
+        batch: Batch,
+        tokens: torch.Tensor,
+        xt: torch.Tensor,
+        mask_mod: MaskMod,
+        valid2: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """The noisy copy fed one position left: the query of p holds position p - 1's token
+        (noisy within the block, clean from the previous block) and does not see the clean
+        copy of p - 1 when that is the previous block's last token."""
+        B, L = tokens.shape
+        S, device = self.config.block_size, tokens.device
+        pos = batch.positions
+        prev = (pos - 1).clamp(min=0)
+        same_block = (prev // S) == (pos // S)
+        inputs = torch.where(same_block, xt[:, prev], tokens[:, prev])
+        hidden = torch.where(same_block | (pos == 0), -1, prev)
+        hidden_BQ = torch.cat((torch.full_like(hidden, -1), hidden)).expand(B, -1)
+        mod = make_key_padding_mask_mod(make_hidden_key_mask_mod(mask_mod, hidden_BQ), valid2)
+        mask = batched_training_mask(mod, B, 2 * L, kind=self.attention, device=device)
+        return inputs, torch.cat((pos, prev)), mask
+
     def decode_policy(self, options: dict[str, Any]) -> DecodePolicy:
         from setdiff.sampling.policies import BlockPolicy
 
-        return BlockPolicy.from_options(options, block_size=self.config.block_size)
+        return BlockPolicy.from_options(
+            options, block_size=self.config.block_size, shift=self.config.shift
+        )
 
 
 class SetLoss(_Paradigm):
@@ -396,6 +450,8 @@ class SetLoss(_Paradigm):
     Input ``[x0_perm ; xmasked_perm]`` (2L) with positions ``[perm ; perm]`` under the static
     set-causal mask; logits of the masked copy predict each query's own position (no shift).
     Padding needs no mask: it is last in every order and the rule is causal in rank.
+    With ``shift`` the query predicting position p is fed at p - 1 instead, with the token there
+    when it comes earlier in the order (else [MASK]), under the shifted set-causal mask.
     """
 
     def sample_times(self, batch: Batch, generator: torch.Generator | None) -> torch.Tensor:
@@ -423,23 +479,55 @@ class SetLoss(_Paradigm):
         L = tokens.shape[1]
         x0 = tokens.gather(1, perm)
         targets = batch.is_target.gather(1, perm)
-        xm = torch.where(targets, self.mask_id, x0)
-        mask = self._mask("set_causal", make_set_causal_mask_mod(L), 2 * L, batch)
-        logits = model(torch.cat((x0, xm), 1), torch.cat((perm, perm), 1), mask)[:, L:]
+        if self.config.shift:
+            xm, query_pos, mask = self._shifted_queries(batch, perm, targets)
+        else:
+            xm, query_pos = torch.where(targets, self.mask_id, x0), perm
+            mask = self._mask("set_causal", make_set_causal_mask_mod(L), 2 * L, batch)
+        logits = model(torch.cat((x0, xm), 1), torch.cat((perm, query_pos), 1), mask)[:, L:]
         nll = _masked_nll(logits, x0, self.mask_id)
         out = _reduce(nll, targets.float(), targets.sum(-1))
         return dataclasses.replace(out, n_tokens=n_tokens)
 
+    def _shifted_queries(
+        self, batch: Batch, perm: torch.Tensor, targets: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """Inputs, positions and mask of the shifted queries (rank order, like `perm`).
+
+        The query of rank r predicting position p = perm[r] (a target, so p >= 1) is fed at
+        p - 1 with the token there if that position's rank is below r, else [MASK]; it does not
+        see the clean copy of p - 1 (its own input stands in for it)."""
+        tokens = batch.tokens
+        B, L = tokens.shape
+        prev = (perm - 1).clamp(min=0)
+        prev_rank = rank_of(perm).gather(1, prev)
+        visible = prev_rank < torch.arange(L, device=tokens.device)
+        prev_token = torch.where(visible, tokens.gather(1, prev), self.mask_id)
+        x0 = tokens.gather(1, perm)
+        inputs = torch.where(targets, prev_token, x0)
+        positions = torch.where(targets, prev, perm)
+        skip = torch.where(targets, prev_rank, -1)  # clean key index = rank
+        skip_BQ = torch.cat((torch.full_like(skip, -1), skip), dim=1)
+        mod = make_hidden_key_mask_mod(make_set_causal_mask_mod(L), skip_BQ)
+        mask = batched_training_mask(mod, B, 2 * L, kind=self.attention, device=tokens.device)
+        return inputs, positions, mask
+
 
 class SetDLM(SetLoss):
     def sample_times(self, batch: Batch, generator: torch.Generator | None) -> torch.Tensor:
-        schedule = self.config.schedule(batch.tokens.shape[1])
-        return schedule.sample_times(batch.tokens.shape[0], generator)
+        B, L = batch.tokens.shape
+        times = self.config.schedule(L).sample_times(B, generator)
+        if self.config.ltr_share > 0:
+            ltr = torch.rand(B, generator=generator) < self.config.ltr_share
+            times[ltr] = torch.linspace(1, 0, L, dtype=times.dtype)
+        return times
 
     def decode_policy(self, options: dict[str, Any]) -> DecodePolicy:
         from setdiff.sampling.policies import SetPolicy
 
-        return SetPolicy.from_options(options, max_window=self.config.s_max)
+        return SetPolicy.from_options(
+            options, max_window=self.config.s_max, shift=self.config.shift
+        )
 
 
 class AOGPT(SetLoss):
@@ -453,7 +541,7 @@ class AOGPT(SetLoss):
     def decode_policy(self, options: dict[str, Any]) -> DecodePolicy:
         from setdiff.sampling.policies import AnyOrderPolicy
 
-        return AnyOrderPolicy.from_options(options)
+        return AnyOrderPolicy.from_options(options, shift=self.config.shift)
 
 
 Paradigm = AR | MDLM | BD3LM | SetDLM | AOGPT

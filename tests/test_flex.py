@@ -15,8 +15,11 @@ CONFIG = ModelConfig(
 )
 
 
-@pytest.mark.parametrize("name", list(PARADIGMS))
-def test_flex_and_sdpa_losses_match(name: str) -> None:
+SHIFTED = [(n, {"shift": True}) for n in ("setdlm", "aogpt", "mdlm")]
+
+
+@pytest.mark.parametrize(("name", "overrides"), [(n, {}) for n in PARADIGMS] + SHIFTED)
+def test_flex_and_sdpa_losses_match(name: str, overrides: dict) -> None:
     torch.manual_seed(0)
     net = Transformer(CONFIG).eval()
     g = torch.Generator().manual_seed(0)
@@ -25,7 +28,8 @@ def test_flex_and_sdpa_losses_match(name: str) -> None:
         torch.tensor([1, 3, 2]),
         torch.tensor([12, 9, 7]),
     )
-    sdpa, flex = (make_paradigm(name, mask_id=3, attention=a) for a in ("sdpa", "flex"))
+    config = PARADIGMS[name][0](**overrides)
+    sdpa, flex = (make_paradigm(name, config, mask_id=3, attention=a) for a in ("sdpa", "flex"))
     noise = sdpa.sample_noise(batch, g)
     # FlexAttention has no backward on CPU: the forward is what the GPU path shares with SDPA.
     with warnings.catch_warnings(), torch.no_grad():

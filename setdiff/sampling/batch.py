@@ -24,7 +24,7 @@ import torch
 
 from setdiff.artifacts import LoadedModel
 from setdiff.kv_cache import RaggedKVCache
-from setdiff.masks import decode_mask
+from setdiff.sampling.inputs import forward_inputs
 from setdiff.sampling.loop import (
     GenerateResult,
     Stopper,
@@ -166,7 +166,7 @@ def _run_batch(
             if not active:
                 break
         tic = time.perf_counter()
-        logits = _forward_batch(net, active, plans, cache, device)
+        logits = _forward_batch(net, active, plans, cache, device, policy.shift)
         seconds = time.perf_counter() - tic
         stopped = []
         for r, (lane, plan) in enumerate(zip(active, plans, strict=True)):
@@ -208,21 +208,15 @@ def _finish(lane: _Lane, trace_logits: bool) -> None:
 
 
 def _row_inputs(
-    state: DecodeState, plan: Plan, cache: RaggedKVCache | None, row: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One row's input positions (T_b,) and its decode mask (T_b, K_b) over its own keys."""
-    all_groups = torch.cat((state.groups, plan.groups))
-    n_commit = plan.commit.numel()
+    state: DecodeState, plan: Plan, cache: RaggedKVCache | None, row: int, shift: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One row's input tokens and positions (T_b,) and its decode mask (T_b, K_b) over its own
+    keys."""
+    n_cached = None
     if cache is not None:
-        cache.make_room(row, n_commit + plan.queries.numel())
-        kept = cache.lengths[row] + n_commit
-        positions = torch.cat((plan.commit, plan.queries))
-        mask = decode_mask(all_groups[len(all_groups) - kept :], n_commit, plan.query_attend)
-    else:
-        committed = torch.cat((state.committed, plan.commit))
-        positions = torch.cat((committed, plan.queries))
-        mask = decode_mask(all_groups, len(committed), plan.query_attend)
-    return positions, mask
+        cache.make_room(row, plan.commit.numel() + plan.queries.numel())
+        n_cached = cache.lengths[row]
+    return forward_inputs(state, plan, n_cached, shift=shift)
 
 
 def _forward_batch(
@@ -231,20 +225,21 @@ def _forward_batch(
     plans: list[Plan],
     cache: RaggedKVCache | None,
     device: torch.device,
+    shift: bool = False,
 ) -> list[torch.Tensor]:
     """One batched forward; per row, the logits (C_b + M_b, V) of its committed tokens then
     queries, as `setdiff.sampling.loop._forward` returns them for that row alone."""
     pairs = enumerate(zip(lanes, plans, strict=True))
-    rows = [_row_inputs(lane.state, plan, cache, r) for r, (lane, plan) in pairs]
-    T = max(len(positions) for positions, _ in rows)
+    rows = [_row_inputs(lane.state, plan, cache, r, shift) for r, (lane, plan) in pairs]
+    T = max(len(positions) for _, positions, _ in rows)
     offsets = cache.lengths if cache is not None else [0] * len(rows)
     n_keys = max(offsets) + T
     tokens_BT = torch.zeros(len(rows), T, dtype=torch.long)
     positions_BT = torch.zeros(len(rows), T, dtype=torch.long)
     mask_BTK = torch.zeros(len(rows), T, n_keys, dtype=torch.bool)
-    for r, ((positions, mask), lane) in enumerate(zip(rows, lanes, strict=True)):
+    for r, (tokens, positions, mask) in enumerate(rows):
         n, k = len(positions), mask.shape[1]  # k = offsets[r] + n
-        tokens_BT[r, :n] = lane.state.canvas[positions]
+        tokens_BT[r, :n] = tokens
         positions_BT[r, :n] = positions
         mask_BTK[r, :n, :k] = mask
         # A padding input sees only itself: its row stays finite and nobody reads it.
@@ -259,7 +254,7 @@ def _forward_batch(
             cache.commit(r, plan.commit)
         cache.end_forward()
     out = []
-    for r, ((positions, _), plan) in enumerate(zip(rows, plans, strict=True)):
+    for r, ((_, positions, _), plan) in enumerate(zip(rows, plans, strict=True)):
         n_out = plan.commit.numel() + plan.queries.numel()
         out.append(logits[r, len(positions) - n_out : len(positions)])
     return out

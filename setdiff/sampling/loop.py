@@ -20,7 +20,7 @@ import torch
 
 from setdiff.artifacts import LoadedModel
 from setdiff.kv_cache import KVCache
-from setdiff.masks import decode_mask
+from setdiff.sampling.inputs import forward_inputs
 from setdiff.sampling.policies import DecodeContext, DecodePolicy
 from setdiff.sampling.state import DecodeState, Plan
 
@@ -117,7 +117,7 @@ def _run(
     stop_at = None
     while (plan := policy.plan(state)) is not None:
         tic = time.perf_counter()
-        logits = _forward(net, state, plan, cache, device)
+        logits = _forward(net, state, plan, cache, device, policy.shift)
         forward_seconds += time.perf_counter() - tic
         nfe += 1
         state.record_commit(plan.commit, plan.groups)
@@ -142,26 +142,24 @@ def _run(
 
 
 def _forward(
-    net: Any, state: DecodeState, plan: Plan, cache: KVCache | None, device: torch.device
+    net: Any,
+    state: DecodeState,
+    plan: Plan,
+    cache: KVCache | None,
+    device: torch.device,
+    shift: bool = False,
 ) -> torch.Tensor:
     """Logits (C + M, V) of the plan's committed tokens then queries."""
-    all_groups = torch.cat((state.groups, plan.groups))
-    n_commit, m = plan.commit.numel(), plan.queries.numel()
+    n_out = plan.commit.numel() + plan.queries.numel()
     if cache is not None:
-        cache.make_room(n_commit + m)
-        keep = cache.length + n_commit
-        positions = torch.cat((plan.commit, plan.queries))
-        mask = decode_mask(all_groups[len(all_groups) - keep :], n_commit, plan.query_attend)
-    else:
-        committed = torch.cat((state.committed, plan.commit))
-        positions = torch.cat((committed, plan.queries))
-        mask = decode_mask(all_groups, len(committed), plan.query_attend)
-    tokens = state.canvas[positions]
+        cache.make_room(n_out)
+    n_cached = cache.length if cache is not None else None
+    tokens, positions, mask = forward_inputs(state, plan, n_cached, shift=shift)
     attn = None if bool(mask.all()) else mask.to(device)
     logits = net(tokens[None].to(device), positions[None].to(device), attn, cache)[0]
     if cache is not None:
         cache.commit(plan.commit.to(device))
-    return logits[logits.shape[0] - n_commit - m :]
+    return logits[logits.shape[0] - n_out :]
 
 
 def _as_stops(stop_ids: Any, stop_strings: Any) -> tuple[list[int], tuple[str, ...]]:
@@ -199,7 +197,10 @@ def check_lengths(
             f"= {total} exceeds the model context max_seq_len={net.config.max_seq_len}"
             + ("" if prompt_name == "prompt_ids" else f" ({prompt_name})")
         )
-    if not prompt and paradigm.config.name in ("ar", "setdlm", "aogpt"):
+    if not prompt and (
+        paradigm.config.name in ("ar", "setdlm", "aogpt")
+        or getattr(paradigm.config, "shift", False)
+    ):
         raise ValueError(f"{prompt_name} must hold at least one token (e.g. BOS)")
     if suffix and paradigm.config.name in ("ar", "bd3lm"):
         raise ValueError(f"{suffix_name} (infilling) is not supported by {paradigm.config.name}")

@@ -66,6 +66,9 @@ class _Options:
     """
 
     uses_cache: bool = True
+    shift: bool = False
+    """Shifted queries (fixed by the trained model): the query of position p is fed at p - 1
+    with the token there (see `setdiff.sampling.inputs`)."""
 
     @classmethod
     def from_options(cls, options: dict[str, Any], **fixed: Any) -> Any:
@@ -119,6 +122,7 @@ class SetPolicy(_Options):
     top_p: float = 1.0
     max_window: int = 8
     """s_max of the trained schedule: windows wider than this were never trained (fixed)."""
+    shift: bool = False
 
     def __post_init__(self) -> None:
         _check_sampling(self.temperature, self.top_p)
@@ -176,6 +180,7 @@ class AnyOrderPolicy(_Options):
     window: int | None = None
     """Choose among the `window` masked positions from the leftmost undecoded one (a frontier);
     None = the whole canvas."""
+    shift: bool = False
 
     def __post_init__(self) -> None:
         check(
@@ -247,6 +252,7 @@ class BlockPolicy(_Options):
     threshold: float | str | None = None
     temperature: float = 0.0
     top_p: float = 1.0
+    shift: bool = False
 
     def __post_init__(self) -> None:
         _check_sampling(self.temperature, self.top_p)
@@ -302,6 +308,9 @@ class MDLMPolicy(_Options):
     threshold: float | str | None = None
     temperature: float = 0.0
     top_p: float = 1.0
+    shift: bool = False
+    """Dream's shift (fixed by the trained model): the output at p - 1 predicts p, so the
+    queries are positions 1.. of the canvas."""
 
     def __post_init__(self) -> None:
         check(self.chunk_size >= 1, f"chunk_size must be >= 1, got {self.chunk_size}")
@@ -318,7 +327,7 @@ class MDLMPolicy(_Options):
     def plan(self, state: DecodeState) -> Plan | None:
         if not state.has_masks:
             return None
-        queries = torch.arange(state.canvas.numel())
+        queries = torch.arange(int(self.shift), state.canvas.numel())
         empty = torch.empty(0, dtype=torch.long)
         return Plan(empty, empty, queries, torch.ones(len(queries), len(queries), dtype=torch.bool))
 
@@ -330,7 +339,7 @@ class MDLMPolicy(_Options):
         candidates = state.is_masked.nonzero().flatten()
         candidates = candidates[candidates < lo + self.chunk_size]
         tokens, confidence = choose_tokens(
-            logits[candidates],
+            logits[candidates - int(plan.queries[0])],
             mask_id=ctx.mask_id,
             temperature=self.temperature,
             top_p=self.top_p,
