@@ -179,6 +179,21 @@ def plot_quality_vs_latency(points: pd.DataFrame) -> Figure:
     return _plot_quality_vs(points, "latency_s")
 
 
+def plot_batched_throughput(batched: pd.DataFrame) -> Figure:
+    """Tokens/s vs batch size per method (the throughput regime), one panel per task."""
+    tasks = list(dict.fromkeys(batched["task"]))
+    axes = _grid(1, len(tasks))
+    for ax, task in zip(axes[0], tasks, strict=True):
+        for method, group in batched[batched["task"] == task].groupby("method", sort=False):
+            group = group.sort_values("batch_size")
+            style = "--" if group["paradigm"].iloc[0] == "ar" else "-"
+            x, y = group["batch_size"], group["tokens_per_second"]
+            ax.plot(x, y, style, marker="o", label=method)
+        ax.set(xscale="log", yscale="log", xlabel="batch size", ylabel="tokens/s", title=task)
+        ax.legend(fontsize=7)
+    return axes[0, 0].figure
+
+
 # --- ablations --------------------------------------------------------------------------------
 
 

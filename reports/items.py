@@ -193,6 +193,29 @@ ITEMS: tuple[Item, ...] = (
         ),
     ),
     Item(
+        name="batched_throughput",
+        title="Throughput regime: tokens/s vs batch size",
+        section=TRADEOFF,
+        needs=("batched",),
+        make=lambda d: _when(d.run.batched, figures.plot_batched_throughput),
+        caption=(
+            "From `results/throughput/<task>.json`: each configuration and batched AR decode the "
+            "same prompts with `generate_batch`, interleaved per batch, warm-up excluded; "
+            "tokens/s = all rows' new tokens over wall time (dashed: AR)."
+        ),
+    ),
+    Item(
+        name="batched_throughput_table",
+        title="Throughput regime: where set decoding stops beating batched AR",
+        section=TRADEOFF,
+        needs=("batched",),
+        make=lambda d: _when(d.run.batched, tables.batched_table),
+        caption=(
+            "tokens/s (ratio to batched AR at the same batch size); accuracy is the same at "
+            "every batch size when every row equals its batch-1 decode."
+        ),
+    ),
+    Item(
         name="lmeval",
         title="lm-evaluation-harness vs our scorer",
         section=TRADEOFF,

@@ -59,6 +59,7 @@ KINDS: dict[str, str] = {
     "trials": "ablations/<task>/trials.csv or ablations/<task>/<study>/study.json",
     "backbone": "metrics/backbone/<task>.json",
     "lmeval": "metrics/lmeval/<task>/summary.json",
+    "batched": "results/throughput/<task>.json",
     "params": "params.yaml",
     "lock": "dvc.lock",
 }
@@ -91,6 +92,8 @@ class Run:
     """The backbone study: one row per (task, variant), accuracies as the stage wrote them."""
     lmeval: pd.DataFrame
     """lm-eval vs our scorer: one row per (task, engine), as the lmeval stage wrote them."""
+    batched: pd.DataFrame
+    """Throughput regime: tokens/s of each method at each batch size (bench stage sweep)."""
     lock: pd.DataFrame
     """stage, kind (dep/out), path, md5 from dvc.lock."""
     params: dict[str, Any]
@@ -451,6 +454,21 @@ def _load_lock(root: Path, log: _Log) -> pd.DataFrame:
     return pd.DataFrame(records, columns=["stage", "kind", "path", "md5"])
 
 
+def _load_batched(root: Path, expect: Expected, log: _Log) -> pd.DataFrame:
+    """The bench stage's throughput sweep (`results/throughput/<task>.json`), one row per
+    (method, batch size); a sweep that was off is listed as missing, optional."""
+    records = []
+    for task in expect.bench_tasks:
+        path = f"results/throughput/{task}.json"
+        data, problem = read_json(root / path)
+        figures = data.get("figures") if isinstance(data, dict) else None
+        if problem is None and not figures:
+            problem = "the throughput sweep was off (bench.run.throughput)"
+        log.add(path, problem, "batched", optional=True)
+        records += [{"task": task, **row} for row in figures or [] if isinstance(row, dict)]
+    return pd.DataFrame(records)
+
+
 def _load_tradeoff(root: Path, expect: Expected, log: _Log) -> pd.DataFrame:
     records = []
     for task in expect.bench_tasks:
@@ -497,6 +515,7 @@ def load_run(root: Path | str) -> Run:
         trials=_load_trials(root, expect, log),
         backbone=_load_backbone(root, params, log),
         lmeval=_load_lmeval(root, params, log),
+        batched=_load_batched(root, expect, log),
         lock=_load_lock(root, log),
         params=params,
         missing=log.items,

@@ -99,6 +99,29 @@ def engines_table(engines: pd.DataFrame, throughput: pd.DataFrame) -> pd.DataFra
     )
 
 
+def batched_table(batched: pd.DataFrame) -> pd.DataFrame:
+    """Throughput regime: tokens/s per method at each batch size with the ratio to batched AR,
+    accuracy, and the largest batch size at which the method still beats batched AR."""
+    if batched.empty:
+        return pd.DataFrame()
+    out = []
+    for (task, method), group in batched.groupby(["task", "method"], sort=False):
+        group = group.sort_values("batch_size")
+        row: dict[str, str] = {"task": task, "method": method}
+        for _, cell in group.iterrows():
+            ratio = cell.get("speedup_vs_ar")
+            beside = "" if ratio is None or pd.isna(ratio) else f" ({ratio:.2f}×)"
+            row[f"B={int(cell['batch_size'])}"] = fmt(cell["tokens_per_second"], ",.0f") + beside
+        row["accuracy"] = fmt(group["accuracy"].iloc[0], ".3f")
+        same = group.get("identical_to_batch1")
+        row["rows = batch 1"] = "" if same is None else ("yes" if same.dropna().all() else "no")
+        if group["paradigm"].iloc[0] != "ar":
+            beats = group[group["speedup_vs_ar"].astype(float) > 1]["batch_size"]
+            row["beats batched AR up to"] = f"B={int(beats.max())}" if len(beats) else "never"
+        out.append(row)
+    return pd.DataFrame(out).fillna("")
+
+
 def _side(row: pd.Series, prefix: str) -> str:
     config = row.get(f"{prefix}_config")
     if config is None or (isinstance(config, float) and math.isnan(config)):

@@ -394,6 +394,7 @@ def write_run(root: Path, seed: int = 0, speed: float = 1.0, preset: str = "test
     _write(root / "ablations/arith/trials.csv", _trials(rng).to_csv(index=False))
     _json(root / "metrics/backbone/arith.json", BACKBONE)
     _json(root / "metrics/lmeval/arith/summary.json", LMEVAL)
+    _json(root / "results/throughput/arith.json", {"task": "arith", "figures": BATCHED})
     lock = {
         "schema": "2.0",
         "stages": {
@@ -406,6 +407,34 @@ def write_run(root: Path, seed: int = 0, speed: float = 1.0, preset: str = "test
     }
     _write(root / "dvc.lock", yaml.safe_dump(lock))
     return root
+
+
+def _batched(method: str, paradigm: str, rates: list[float], ar: list[float]) -> list[dict]:
+    return [
+        {
+            "method": method,
+            "paradigm": paradigm,
+            "batch_size": b,
+            "tokens_per_second": r,
+            "speedup_vs_ar": r / a,
+            "accuracy": 0.9,
+            "identical_to_batch1": True,
+        }
+        for b, r, a in zip((1, 4, 16), rates, ar, strict=True)
+    ]
+
+
+AR_RATES = [100.0, 300.0, 600.0]
+BATCHED = _batched("ar", "ar", AR_RATES, AR_RATES) + _batched(
+    "setdlm threshold=0.9 window=4", "setdlm", [200.0, 450.0, 540.0], AR_RATES
+)
+
+
+def test_batched_table_says_where_set_decoding_stops_beating_ar(derived: Derived) -> None:
+    table = tables.batched_table(derived.run.batched).set_index("method")
+    row = table.loc["setdlm threshold=0.9 window=4"]
+    assert row["B=1"] == "200 (2.00×)" and row["B=16"] == "540 (0.90×)"
+    assert row["beats batched AR up to"] == "B=4" and row["rows = batch 1"] == "yes"
 
 
 @pytest.fixture(scope="module", autouse=True)
