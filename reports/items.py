@@ -15,7 +15,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from reports import analysis, figures, study, tables
-from reports.load import KINDS, Missing, Run
+from reports.load import KINDS, Run
+from reports.missing import Missing
 
 log = logging.getLogger(__name__)
 

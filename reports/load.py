@@ -4,7 +4,7 @@
 ``results/baseline/<task>.csv``, ``metrics/tradeoff/<task>.json``,
 ``metrics/{evaluate,train,textgen}/<task>/<paradigm>.json``, ``models/<task>/<paradigm>/
 train_log.jsonl``, ``results/textgen/<task>/<paradigm>.csv``, ``ablations/<task>/trials.csv``,
-``params.yaml`` and ``dvc.lock``. What should exist comes from ``params.yaml`` (``study``,
+``params.yaml`` and ``dvc.lock`` (the per-example row files through `reports.rows`). What should exist comes from ``params.yaml`` (``study``,
 ``bench``) joined with what is found on disk.
 
 Nothing here raises on a bad input: a missing, empty, unreadable or partial file becomes a
@@ -22,27 +22,14 @@ from typing import Any
 import pandas as pd
 
 from reports.comparison import flatten_tradeoff
+from reports.missing import Missing, MissingLog, concat
 from reports.reader import flatten_dict, read_csv, read_json, read_jsonl, read_yaml
+from reports.rows import ROW_COLUMNS, load_baseline, load_bench
 from reports.study import flatten_study
 
-ROW_COLUMNS = ("paradigm", "engine", "config", "example", "new_tokens", "nfe", "latency_s", "exact")
-"""Columns a results row file must have to be used at all."""
+__all__ = ["KINDS", "Expected", "Missing", "Run", "flatten_metrics", "load_run"]
 
 TRIAL_COLUMNS = ("number", "state", "accuracy", "tokens_per_second")
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Missing:
-    """One input the report could not use (or could use only in part)."""
-
-    path: str
-    """Path relative to the run root (``file#section`` for a section of a JSON file)."""
-    problem: str
-    """What is wrong: ``not found``, ``empty``, ``unreadable: ...``, ``no rows for ...``."""
-    kind: str
-    """Input kind (`KINDS` key): which figures and tables depend on it."""
-    optional: bool = False
-    """True for inputs the pipeline does not always produce (external baselines, ablations)."""
 
 
 KINDS: dict[str, str] = {
@@ -175,163 +162,8 @@ def expected_inputs(root: Path, params: dict[str, Any]) -> Expected:
 # --- loaders per input kind -------------------------------------------------------------------
 
 
-class _Log:
-    """Collects `Missing` records while loading."""
-
-    def __init__(self) -> None:
-        self.items: list[Missing] = []
-
-    def add(self, path: str, problem: str | None, kind: str, optional: bool = False) -> None:
-        if problem is not None:
-            self.items.append(Missing(path, problem, kind, optional))
-
-
-def _check_rows(
-    frame: pd.DataFrame,
-    path: str,
-    paradigms: list[str],
-    configurations: list[tuple[str, str]],
-    log: _Log,
-) -> None:
-    """Partial-file checks: paradigms, declared configurations and examples without rows."""
-    have = set(frame["paradigm"].astype(str))
-    absent = [p for p in paradigms if p not in have]
-    if absent:
-        log.add(path, f"no rows for paradigm(s): {', '.join(absent)}", "bench")
-    keys = set(zip(frame["paradigm"].astype(str), frame["config"].astype(str), strict=True))
-    lost = [f"{p} {c!r}" for p, c in configurations if p in have and (p, c) not in keys]
-    if lost:
-        log.add(path, f"no rows for configuration(s): {', '.join(lost)}", "bench")
-    counts = frame.groupby(["paradigm", "engine", "config"]).size()
-    short = counts[counts < counts.max()]
-    if len(short):
-        items = [f"{p} {c!r} ({n} of {counts.max()})" for (p, _, c), n in short.items()]
-        log.add(path, f"partial: fewer examples for {', '.join(items)}", "bench")
-
-
-def _load_bench(root: Path, expect: Expected, log: _Log) -> tuple[pd.DataFrame, ...]:
-    rows, traces, prints = [], [], []
-    for task in expect.bench_tasks:
-        base = f"results/bench/{task}"
-        meta, problem = read_json(root / f"{base}.json")
-        log.add(f"{base}.json", problem, "bench_meta")
-        meta = meta if isinstance(meta, dict) else {}
-        declared = [(c.get("paradigm"), c.get("config")) for c in meta.get("configurations", [])]
-        frame, problem = read_csv(root / f"{base}.csv", ROW_COLUMNS)
-        log.add(f"{base}.csv", problem, "bench")
-        if not frame.empty:
-            frame = _numeric_rows(frame, f"{base}.csv", "bench", log)
-            frame["task"] = task
-            _check_rows(frame, f"{base}.csv", expect.bench_paradigms, declared, log)
-            rows.append(frame)
-        records, problem = read_jsonl(root / f"{base}.traces.jsonl")
-        log.add(f"{base}.traces.jsonl", problem, "traces")
-        trace = _valid_traces(pd.DataFrame(records), f"{base}.traces.jsonl", log)
-        if not trace.empty:
-            trace["task"] = task
-            traces.append(trace)
-            _check_traces(frame, trace, f"{base}.traces.jsonl", log)
-        fingerprint = meta.get("fingerprint") or {}
-        prints += [
-            {"task": task, "key": k, "value": v} for k, v in flatten_dict(fingerprint).items()
-        ]
-    frame = _concat(rows)
-    frame = frame.assign(source="bench") if not frame.empty else frame
-    return frame, _concat(traces), pd.DataFrame(prints, columns=["task", "key", "value"])
-
-
-def _load_baseline(root: Path, expect: Expected, log: _Log) -> tuple[pd.DataFrame, ...]:
-    """External-engine rows, plus which engines ran (or why not) and their aggregate tokens/s."""
-    rows, engines, throughput = [], [], []
-    for task in expect.bench_tasks:
-        base = f"results/baseline/{task}"
-        frame, problem = read_csv(root / f"{base}.csv", ROW_COLUMNS)
-        log.add(f"{base}.csv", problem, "baseline", optional=True)
-        if not frame.empty:
-            frame = _numeric_rows(frame, f"{base}.csv", "baseline", log)
-            rows.append(frame.assign(task=task, source="baseline"))
-        meta, problem = read_json(root / f"{base}.json")
-        if problem is not None:
-            log.add(f"{base}.json", problem, "baseline", optional=True)
-            continue
-        for engine, status in (meta.get("engines") or {}).items():
-            status = status if isinstance(status, dict) else {"status": str(status)}
-            state = str(status.get("status", "unknown"))
-            detail = status.get("reason") or status.get("error") or ""
-            engines.append({"task": task, "engine": engine, "status": state, "detail": detail})
-            if state != "ran":
-                why = f"{state}: {detail}" if detail else state
-                log.add(f"{base}.json#{engine}", why, "baseline", optional=True)
-            for concurrency, rate in (status.get("throughput") or {}).items():
-                throughput.append(
-                    {
-                        "task": task,
-                        "engine": engine,
-                        "concurrency": int(concurrency),
-                        "tokens_per_second": rate,
-                    }
-                )
-    return _concat(rows), pd.DataFrame(engines), pd.DataFrame(throughput)
-
-
-NUMERIC_COLUMNS = ("example", "new_tokens", "nfe", "latency_s", "exact", "score", "peak_mem_mb")
-
-
-def _numeric_rows(frame: pd.DataFrame, path: str, kind: str, log: _Log) -> pd.DataFrame:
-    """Numeric columns as numbers; rows whose example, tokens, NFE or latency do not parse are
-    dropped and counted (a quality value that does not parse becomes NaN and is counted)."""
-    frame = frame.copy()
-    bad = 0
-    for column in [c for c in NUMERIC_COLUMNS if c in frame]:
-        parsed = pd.to_numeric(frame[column], errors="coerce")
-        bad += int((parsed.isna() & frame[column].notna()).sum())
-        frame[column] = parsed
-    keep = frame[["example", "new_tokens", "nfe", "latency_s"]].notna().all(axis=1)
-    notes = [f"{bad} non-numeric values"] if bad else []
-    if not keep.all():
-        notes.append(f"{int((~keep).sum())} rows without example/new_tokens/nfe/latency_s dropped")
-    if notes:
-        log.add(path, "partial: " + ", ".join(notes), kind)
-    return frame[keep].reset_index(drop=True)
-
-
-def _is_steps(steps: Any) -> bool:
-    return isinstance(steps, list) and all(
-        isinstance(step, list) and all(isinstance(p, int) for p in step) for step in steps
-    )
-
-
-def _valid_traces(trace: pd.DataFrame, path: str, log: _Log) -> pd.DataFrame:
-    """Traces with paradigm, config, example and a list-of-int-lists ``steps``; others counted."""
-    if trace.empty:
-        return trace
-    if not {"paradigm", "config", "example", "steps"} <= set(trace.columns):
-        log.add(path, "unreadable: records lack paradigm/config/example/steps", "traces")
-        return pd.DataFrame()
-    ok = trace["steps"].map(_is_steps)
-    if not ok.all():
-        log.add(path, f"partial: {int((~ok).sum())} traces with malformed steps skipped", "traces")
-    return trace[ok].reset_index(drop=True)
-
-
-def _check_traces(rows: pd.DataFrame, trace: pd.DataFrame, path: str, log: _Log) -> None:
-    if rows.empty:
-        return
-    ours = rows[rows["engine"] == "setdiff"]
-    want = set(zip(ours["paradigm"], ours["config"], strict=True))
-    have = set(zip(trace["paradigm"], trace["config"], strict=True))
-    lost = sorted(want - have)
-    if lost:
-        log.add(path, "no traces for: " + ", ".join(f"{p} {c!r}" for p, c in lost), "traces")
-
-
-def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    frames = [f for f in frames if not f.empty]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
 def _per_model_json(
-    root: Path, folder: str, tasks: list[str], paradigms: list[str], kind: str, log: _Log
+    root: Path, folder: str, tasks: list[str], paradigms: list[str], kind: str, log: MissingLog
 ) -> pd.DataFrame:
     records = []
     for task in tasks:
@@ -346,7 +178,7 @@ def _per_model_json(
     return pd.DataFrame(records)
 
 
-def _load_train_logs(root: Path, expect: Expected, log: _Log) -> pd.DataFrame:
+def _load_train_logs(root: Path, expect: Expected, log: MissingLog) -> pd.DataFrame:
     frames = []
     for task in expect.tasks:
         for paradigm in expect.paradigms:
@@ -355,10 +187,12 @@ def _load_train_logs(root: Path, expect: Expected, log: _Log) -> pd.DataFrame:
             log.add(path, problem, "train_log")
             if records:
                 frames.append(pd.DataFrame(records).assign(task=task, paradigm=paradigm))
-    return _concat(frames)
+    return concat(frames)
 
 
-def _load_textgen(root: Path, expect: Expected, log: _Log) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _load_textgen(
+    root: Path, expect: Expected, log: MissingLog
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not expect.textgen_tasks:
         problem = "not found (the textgen stage has not run)"
         log.add("results/textgen/", problem, "textgen_rows", optional=True)
@@ -374,10 +208,10 @@ def _load_textgen(root: Path, expect: Expected, log: _Log) -> tuple[pd.DataFrame
     metrics = _per_model_json(
         root, "metrics/textgen", expect.textgen_tasks, expect.paradigms, "textgen", log
     )
-    return _concat(frames), metrics
+    return concat(frames), metrics
 
 
-def _load_trials(root: Path, expect: Expected, log: _Log) -> pd.DataFrame:
+def _load_trials(root: Path, expect: Expected, log: MissingLog) -> pd.DataFrame:
     """Ablation trials: ``ablations/<task>/trials.csv`` and every ``<study>/study.json``."""
     frames = []
     for task in expect.ablation_tasks:
@@ -399,10 +233,10 @@ def _load_trials(root: Path, expect: Expected, log: _Log) -> pd.DataFrame:
         if csv_problem == "not found" and not exports:
             why = "not found: no trials.csv or <study>/study.json (the ablation flow has not run)"
             log.add(f"ablations/{task}/", why, "trials", optional=True)
-    return _concat(frames)
+    return concat(frames)
 
 
-def _load_backbone(root: Path, params: dict[str, Any], log: _Log) -> pd.DataFrame:
+def _load_backbone(root: Path, params: dict[str, Any], log: MissingLog) -> pd.DataFrame:
     """``metrics/backbone/<task>.json`` of the tasks the study lists or that exist."""
     tasks = _union(_get(params, "study.backbone") or [], _stems(root / "metrics/backbone", ".json"))
     if not tasks:
@@ -420,7 +254,7 @@ def _load_backbone(root: Path, params: dict[str, Any], log: _Log) -> pd.DataFram
     return pd.DataFrame(records)
 
 
-def _load_lmeval(root: Path, params: dict[str, Any], log: _Log) -> pd.DataFrame:
+def _load_lmeval(root: Path, params: dict[str, Any], log: MissingLog) -> pd.DataFrame:
     """``metrics/lmeval/<task>/summary.json`` of the tasks params list or that exist."""
     tasks = _union(_get(params, "lmeval.tasks") or [], _subdirs(root / "metrics/lmeval"))
     if not tasks:
@@ -441,7 +275,7 @@ def _load_lmeval(root: Path, params: dict[str, Any], log: _Log) -> pd.DataFrame:
     return pd.DataFrame(records)
 
 
-def _load_lock(root: Path, log: _Log) -> pd.DataFrame:
+def _load_lock(root: Path, log: MissingLog) -> pd.DataFrame:
     lock, problem = read_yaml(root / "dvc.lock")
     log.add("dvc.lock", problem, "lock")
     records = []
@@ -454,7 +288,7 @@ def _load_lock(root: Path, log: _Log) -> pd.DataFrame:
     return pd.DataFrame(records, columns=["stage", "kind", "path", "md5"])
 
 
-def _load_batched(root: Path, expect: Expected, log: _Log) -> pd.DataFrame:
+def _load_batched(root: Path, expect: Expected, log: MissingLog) -> pd.DataFrame:
     """The bench stage's throughput sweep (`results/throughput/<task>.json`), one row per
     (method, batch size); a sweep that was off is listed as missing, optional."""
     records = []
@@ -469,7 +303,7 @@ def _load_batched(root: Path, expect: Expected, log: _Log) -> pd.DataFrame:
     return pd.DataFrame(records)
 
 
-def _load_tradeoff(root: Path, expect: Expected, log: _Log) -> pd.DataFrame:
+def _load_tradeoff(root: Path, expect: Expected, log: MissingLog) -> pd.DataFrame:
     records = []
     for task in expect.bench_tasks:
         path = f"metrics/tradeoff/{task}.json"
@@ -487,13 +321,13 @@ def _load_tradeoff(root: Path, expect: Expected, log: _Log) -> pd.DataFrame:
 def load_run(root: Path | str) -> Run:
     """Read every artifact of the run at `root`; never raises for missing or bad inputs."""
     root = Path(root)
-    log = _Log()
+    log = MissingLog()
     params, problem = read_yaml(root / "params.yaml")
     log.add("params.yaml", problem, "params")
     params = params if isinstance(params, dict) else {}
     expect = expected_inputs(root, params)
-    rows, traces, fingerprints = _load_bench(root, expect, log)
-    baseline, engines, throughput = _load_baseline(root, expect, log)
+    rows, traces, fingerprints = load_bench(root, expect.bench_tasks, expect.bench_paradigms, log)
+    baseline, engines, throughput = load_baseline(root, expect.bench_tasks, log)
     evaluate = _per_model_json(
         root, "metrics/evaluate", expect.tasks, expect.paradigms, "evaluate", log
     )
@@ -501,7 +335,7 @@ def load_run(root: Path | str) -> Run:
     textgen_rows, textgen = _load_textgen(root, expect, log)
     return Run(
         root=root,
-        rows=_concat([rows, baseline]),
+        rows=concat([rows, baseline]),
         engines=engines,
         throughput=throughput,
         traces=traces,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from reports.analysis import bootstrap_mean_ci, sort_paradigms
-from reports.load import Missing
+from reports.missing import Missing
 
 TEXTGEN_FIRST = (
     "infill_rouge_l",
