@@ -2,16 +2,16 @@
 
 `train` samples batches from an `ArraySplit` with one seeded generator (which also drives the
 paradigm's order/noise sampling), so a run is a deterministic function of its seed. Checkpoints
-(model, EMA, optimizer, scheduler, generator state, step) are written atomically every
-`checkpoint_every` steps and on SIGTERM; a run restarted with the same checkpoint directory
-resumes where it stopped and ends at the same weights as an uninterrupted run.
+(model, EMA, optimizer, scheduler, generator state, step; `setdiff.checkpoint`) are written
+atomically every `checkpoint_every` steps and on SIGTERM; a run restarted with the same
+checkpoint directory resumes where it stopped and ends at the same weights as an uninterrupted
+run. Held-out losses go to a JSON-lines log (no wall-clock time, so it is reproducible).
 
-Data parallel: under ``torchrun`` (an initialised torch.distributed group) the model is wrapped in
+Data parallel (`setdiff.distributed`): under ``torchrun`` the model is wrapped in
 DistributedDataParallel and each rank trains on its slice of the same global batch; rank 0 alone
-logs and checkpoints. With ``parallel: fsdp`` the model is instead sharded in place by FSDP2
-(``fully_shard`` on each block, then the root), for models that do not fit one device: the
-trajectory is the same, the EMA is kept sharded, and the exported weights and checkpoints are full
-(unsharded) CPU states gathered collectively, so a checkpoint resumes under any world size.
+logs and checkpoints. With ``parallel: fsdp`` the model is instead sharded in place by FSDP2:
+the trajectory is the same, the EMA is kept sharded, and the exported weights and checkpoints are
+full (unsharded) CPU states gathered collectively.
 
 ``compile: true`` runs the training forward through ``torch.compile`` (after DDP/FSDP); held-out
 evaluation stays eager, and state dicts come from the uncompiled module (no ``_orig_mod.`` keys).
@@ -24,8 +24,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
-import pickle
 import signal
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -34,12 +32,21 @@ from typing import Any, Literal
 
 import torch
 
-from setdiff.artifacts import atomic_path, write_text
+from setdiff.artifacts import write_text
 from setdiff.batching import ArraySplit
+from setdiff.checkpoint import export_weights, resume_state, save_state
 from setdiff.config import check, frozen
+from setdiff.distributed import (
+    any_rank,
+    gradient_sync,
+    rank_and_world,
+    shard,
+    wrap_data_parallel,
+)
 from setdiff.model import Transformer
 from setdiff.paradigm import Paradigm
 from setdiff.progress import progress_bar
+from setdiff.runtime import setup_torch
 
 log = logging.getLogger(__name__)
 
@@ -153,36 +160,16 @@ def train(
             a resumed or repeated run writes the same file (it travels with the model, which DVC
             hashes); the run's time is `TrainResult.seconds`.
     """
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    device = setup_torch(config.device, threads=config.threads or None)
     rank, world = rank_and_world()
-    check(config.batch_size % world == 0, f"batch_size {config.batch_size} % {world} ranks != 0")
-    share = config.batch_size // world
-    check(
-        share % (config.micro_batch_size or share) == 0,
-        f"micro_batch_size {config.micro_batch_size} must divide the per-rank share {share}",
-    )
-    device = torch.device(config.device)
+    _check_batch_split(config, world)
     sharded = world > 1 and config.parallel == "fsdp"
-    if sharded:
-        _shard(net, device, world)
-    else:
-        net.to(device)
-    net.train()
-    model = _wrap_data_parallel(net, device) if world > 1 and not sharded else net
-    if config.compile:
-        model = torch.compile(model)
-    optimizer = torch.optim.AdamW(
-        net.parameters(),
-        lr=config.lr,
-        betas=(config.beta1, config.beta2),
-        weight_decay=config.weight_decay,
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, config.lr_at)
+    model = _place(net, config, device, world, sharded)
+    optimizer, scheduler = _optimizer(net, config)
     generator = torch.Generator().manual_seed(config.seed)
     ema = _ema_init(net) if config.ema_decay > 0 else None
     state_path = Path(checkpoint_dir) / "state.pt" if checkpoint_dir else None
-    step = _resume(state_path, net, optimizer, scheduler, generator, ema)
+    step = resume_state(state_path, net, optimizer, scheduler, generator, ema)
     is_main = rank == 0
     if is_main:
         _truncate_log(log_path, step)
@@ -206,17 +193,13 @@ def train(
             if step % config.eval_every == 0 or step == config.steps:
                 with _evaluated(net, ema):
                     eval_loss = evaluate_loss(net, paradigm, valid_split, config)
-                    extra = None
-                    try:  # a pruning callback raises: the record is written all the same
-                        extra = on_eval(step, eval_loss) if on_eval is not None else None
-                    finally:
-                        if is_main:
-                            _log(log_path, step, train_loss, eval_loss, scheduler, extra)
+                    record = (step, train_loss, eval_loss, scheduler)
+                    _report_eval(on_eval, record, log_path, write_log=is_main)
             # Under FSDP saving is a collective: every rank must take the same decision.
-            stop = _any_rank(stop_requested(), device) if sharded else stop_requested()
+            stop = any_rank(stop_requested(), device) if sharded else stop_requested()
             due = step % config.checkpoint_every == 0 or stop
             if state_path and (is_main or sharded) and due:
-                _save_state(state_path, step, net, optimizer, scheduler, generator, ema)
+                save_state(state_path, step, net, optimizer, scheduler, generator, ema)
             if stop:
                 raise KeyboardInterrupt(f"SIGTERM: checkpointed at step {step}")
     if math.isnan(eval_loss):  # resumed from a checkpoint of the final step: nothing ran
@@ -227,9 +210,64 @@ def train(
         final_eval_loss=eval_loss,
         seconds=time.perf_counter() - started,
         resumed_from=start_step,
-        weights=_export(net, ema),
+        weights=export_weights(net, ema),
         train_losses=train_losses,
     )
+
+
+def _check_batch_split(config: TrainConfig, world: int) -> None:
+    """The global batch splits evenly over the ranks, and each share into micro-batches."""
+    check(config.batch_size % world == 0, f"batch_size {config.batch_size} % {world} ranks != 0")
+    share = config.batch_size // world
+    check(
+        share % (config.micro_batch_size or share) == 0,
+        f"micro_batch_size {config.micro_batch_size} must divide the per-rank share {share}",
+    )
+
+
+def _place(
+    net: Transformer, config: TrainConfig, device: torch.device, world: int, sharded: bool
+) -> torch.nn.Module:
+    """`net` on `device` in train mode (sharded in place under FSDP); returns the module the
+    training forward runs through: DDP-wrapped with several ranks, compiled when asked."""
+    if sharded:
+        shard(net, device, world)
+    else:
+        net.to(device)
+    net.train()
+    model = wrap_data_parallel(net, device) if world > 1 and not sharded else net
+    if config.compile:
+        model = torch.compile(model)
+    return model
+
+
+def _optimizer(net: Transformer, config: TrainConfig) -> tuple[Any, Any]:
+    """AdamW over `net`'s parameters and its warmup + cosine `LambdaLR` schedule."""
+    optimizer = torch.optim.AdamW(
+        net.parameters(),
+        lr=config.lr,
+        betas=(config.beta1, config.beta2),
+        weight_decay=config.weight_decay,
+    )
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, config.lr_at)
+
+
+def _report_eval(
+    on_eval: Callable[[int, float], Mapping[str, float] | None] | None,
+    record: tuple[int, float, float, Any],
+    log_path: str | Path | None,
+    *,
+    write_log: bool,
+) -> None:
+    """Run `on_eval` on an evaluation's (step, train_loss, eval_loss, scheduler); then, when
+    `write_log` (rank 0), log the record with its extras, even when `on_eval` raises."""
+    step, train_loss, eval_loss, scheduler = record
+    extra = None
+    try:  # a pruning callback raises: the record is written all the same
+        extra = on_eval(step, eval_loss) if on_eval is not None else None
+    finally:
+        if write_log:
+            _log(log_path, step, train_loss, eval_loss, scheduler, extra)
 
 
 def _step(
@@ -260,7 +298,7 @@ def _step(
     for start in starts:
         index = torch.arange(start, start + micro)
         part, part_noise = batch.select(index), {k: v[index] for k, v in noise.items()}
-        with _gradient_sync(model, start == starts[-1]), _autocast(config, device):
+        with gradient_sync(model, start == starts[-1]), _autocast(config, device):
             out = paradigm.loss(model, part.to(device), noise=part_noise)
             term = (out.per_sequence * out.counted).sum()
         term.backward()
@@ -279,134 +317,6 @@ def _step(
     if not math.isfinite(value):
         raise FloatingPointError(f"training loss is {value}; stopping")
     return value
-
-
-def _gradient_sync(model: torch.nn.Module, sync: bool) -> contextlib.AbstractContextManager:
-    """DDP's ``no_sync`` for all micro-batches but the last (one all-reduce per step). FSDP
-    reduce-scatters every micro-batch: its unsharded gradients are what it avoids keeping."""
-    inner = getattr(model, "_orig_mod", model)  # under torch.compile
-    if sync or not isinstance(inner, torch.nn.parallel.DistributedDataParallel):
-        return contextlib.nullcontext()
-    return inner.no_sync()
-
-
-def rank_and_world() -> tuple[int, int]:
-    """(rank, world size) of an initialised torch.distributed group, else (0, 1)."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
-def _wrap_data_parallel(net: Transformer, device: torch.device) -> torch.nn.Module:
-    from torch.nn.parallel import DistributedDataParallel
-
-    ids = [device.index] if device.type == "cuda" else None
-    return DistributedDataParallel(net, device_ids=ids)
-
-
-def _shard(net: Transformer, device: torch.device, world: int) -> None:
-    """Shard `net` in place with FSDP2 over all ranks: each block is one unit (gathered only for
-    its own forward/backward), the root keeps the embeddings, final norm and head. FSDP2 moves
-    each unit to the mesh's device as it shards it, so the whole model never sits on one GPU."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
-    mesh = init_device_mesh(device.type, (world,))
-    for block in net.model.layers:
-        fully_shard(block, mesh=mesh)
-    fully_shard(net, mesh=mesh)
-
-
-def _is_sharded(net: torch.nn.Module) -> bool:
-    """Whether `net` was sharded by `_shard` (its state dict then holds DTensor shards)."""
-    if not torch.distributed.is_available():
-        return False
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(net, FSDPModule)
-
-
-def _any_rank(flag: bool, device: torch.device) -> bool:
-    """True when `flag` is set on any rank (a collective)."""
-    value = torch.tensor(int(flag), device=device)
-    torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
-    return bool(value)
-
-
-def _gather_full(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Full CPU copies of a sharded state's tensors on rank 0 (other ranks get {}).
-
-    A collective: every rank calls it with the same keys; one tensor is gathered at a time."""
-    from torch.distributed.tensor import DTensor
-
-    is_main = torch.distributed.get_rank() == 0
-    full = {}
-    for key, value in state.items():
-        value = value.full_tensor() if isinstance(value, DTensor) else value
-        if is_main:
-            full[key] = value.detach().to("cpu", copy=True)
-    return full
-
-
-def _shard_like(
-    full: dict[str, torch.Tensor], like: dict[str, torch.Tensor]
-) -> dict[str, torch.Tensor]:
-    """`full` cut into this rank's shards, laid out as the DTensors of `like` (no communication:
-    every rank holds `full`)."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
-
-    out = {}
-    for key, ref in like.items():
-        value = full[key].to(ref.device, ref.dtype)
-        if isinstance(ref, DTensor):
-            value = distribute_tensor(value, ref.device_mesh, ref.placements, src_data_rank=None)
-        out[key] = value
-    return out
-
-
-def _rekey_optimizer_state(state: dict[str, Any], keys: dict[Any, Any]) -> dict[str, Any]:
-    """An optimizer state dict with its parameter keys mapped through `keys`.
-
-    Checkpoints hold `Optimizer.state_dict()`'s format (parameters by index); the FSDP
-    full-state API speaks parameter names, so FSDP runs translate on the way in and out."""
-    return {
-        "state": {keys[k]: v for k, v in state["state"].items()},
-        "param_groups": [
-            {**group, "params": [keys[k] for k in group["params"]]}
-            for group in state["param_groups"]
-        ],
-    }
-
-
-def _parameter_names(net: torch.nn.Module, optimizer: Any) -> list[str]:
-    """The name of each of the optimizer's parameters, by its index in the optimizer state."""
-    names = {id(p): name for name, p in net.named_parameters()}
-    return [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
-
-
-def _full_optimizer_state(net: torch.nn.Module, optimizer: Any) -> dict[str, Any]:
-    """The FSDP optimizer state gathered in full on rank 0, keyed by index (a collective)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    state = get_optimizer_state_dict(net, optimizer, options=options)
-    if not state:  # not rank 0
-        return state
-    index = {name: i for i, name in enumerate(_parameter_names(net, optimizer))}
-    return _rekey_optimizer_state(state, index)
-
-
-def _load_full_optimizer_state(net: torch.nn.Module, optimizer: Any, state: dict[str, Any]) -> None:
-    """Load an index-keyed full optimizer state into FSDP's sharded optimizer (every rank)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
-    names = dict(enumerate(_parameter_names(net, optimizer)))
-    set_optimizer_state_dict(
-        net,
-        optimizer,
-        _rekey_optimizer_state(state, names),
-        options=StateDictOptions(full_state_dict=True),
-    )
 
 
 @torch.no_grad()
@@ -461,108 +371,6 @@ def _ema_init(net: Transformer) -> dict[str, torch.Tensor]:
 def _ema_update(ema: dict[str, torch.Tensor], net: Transformer, decay: float) -> None:
     for k, v in net.state_dict().items():
         ema[k].mul_(decay).add_(v.float(), alpha=1 - decay)
-
-
-def _resume(
-    path: Path | None,
-    net: Transformer,
-    optimizer: Any,
-    scheduler: Any,
-    generator: torch.Generator,
-    ema: dict[str, torch.Tensor] | None,
-) -> int:
-    if path is None or not path.exists():
-        return 0
-    state = _load_state(path)
-    if ema is not None and state["ema"] is None:
-        raise ValueError(f"{path}: checkpoint has no EMA but ema_decay > 0")
-    if _is_sharded(net):  # every rank loads the full state and keeps its own shards
-        net.load_state_dict(_shard_like(state["model"], net.state_dict()))
-        _load_full_optimizer_state(net, optimizer, state["optimizer"])
-        if ema is not None:
-            ema.update(_shard_like(state["ema"], ema))
-    else:
-        net.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        if ema is not None:
-            ema.update(state["ema"])
-    scheduler.load_state_dict(state["scheduler"])
-    generator.set_state(state["generator"])
-    log.info("resumed from %s at step %d", path, state["step"])
-    return int(state["step"])
-
-
-STATE_KEYS = ("step", "model", "optimizer", "scheduler", "generator", "ema")
-"""What a training state file holds (tensors, numbers, lists and dicts only)."""
-
-
-def _load_state(path: Path) -> dict[str, Any]:
-    """Read a state file with torch's weights-only unpickler: tensors and plain containers load,
-    anything that would run code (a planted pickle) is refused naming the file."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        raise ValueError(
-            f"{path}: refused: it holds more than tensors and plain data ({_unsafe_part(err)}), "
-            "and loading it could run code; delete it to start over"
-        ) from None
-    except Exception as err:  # torch raises RuntimeError, EOFError, ... for a damaged file
-        reason = " ".join(str(err).split(". ")[0].split()) or type(err).__name__
-        raise ValueError(f"{path}: unreadable training state ({reason}); delete it") from None
-    missing = [k for k in STATE_KEYS if not isinstance(state, dict) or k not in state]
-    if missing:
-        raise ValueError(f"{path}: not a training state (missing {missing}); delete it")
-    return state
-
-
-def _unsafe_part(err: pickle.UnpicklingError) -> str:
-    """What torch's weights-only unpickler refused (e.g. ``Unsupported global: GLOBAL exec``)."""
-    marker = "WeightsUnpickler error:"
-    detail = str(err).partition(marker)[2].split(". ")[0].strip() if marker in str(err) else ""
-    return " ".join(detail.split()) or "not a torch archive of tensors"
-
-
-def _save_state(
-    path: Path,
-    step: int,
-    net: Transformer,
-    optimizer: Any,
-    scheduler: Any,
-    generator: torch.Generator,
-    ema: dict[str, torch.Tensor] | None,
-) -> None:
-    """Write the training state atomically. Under FSDP every rank calls this (the full states are
-    gathered collectively, in the single-process format) and rank 0 writes."""
-    if _is_sharded(net):
-        # Model first: its state-dict hook reshards a root left gathered by an evaluation, and the
-        # optimizer state maps parameters to names through the (sharded) registered ones.
-        model = _gather_full(net.state_dict())
-        optim = _full_optimizer_state(net, optimizer)
-        ema = _gather_full(ema) if ema is not None else None
-        if torch.distributed.get_rank() != 0:
-            return
-    else:
-        model, optim = net.state_dict(), optimizer.state_dict()
-    state = {
-        "step": step,
-        "model": model,
-        "optimizer": optim,
-        "scheduler": scheduler.state_dict(),
-        "generator": generator.get_state(),
-        "ema": ema,
-    }
-    # Through a Python file: torch's own path writer reports a full disk as "unexpected pos".
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _export(net: Transformer, ema: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
-    """The weights to export: the EMA, else a copy of the net's; gathered in full under FSDP."""
-    if _is_sharded(net):
-        return _gather_full(ema if ema is not None else net.state_dict())
-    return ema if ema is not None else {k: v.detach().clone() for k, v in net.state_dict().items()}
 
 
 def _log(

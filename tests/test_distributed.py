@@ -21,6 +21,7 @@ import torch
 import torch.multiprocessing as mp
 
 from setdiff.batching import ArraySplit
+from setdiff.distributed import rank_and_world, rekey_optimizer_state
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import make_paradigm
 from setdiff.train import TrainConfig, TrainResult, train
@@ -221,3 +222,26 @@ def test_micro_batches_must_divide_each_ranks_share(monkeypatch: pytest.MonkeyPa
     config = dataclasses.replace(TRAIN, micro_batch_size=8)
     with pytest.raises(ValueError, match="per-rank share 4"):
         train(object(), object(), split(), split(), config)  # type: ignore[arg-type]
+
+
+def test_one_process_is_rank_0_of_1() -> None:
+    assert rank_and_world() == (0, 1)
+
+
+def test_optimizer_state_rekeys_to_names_and_back() -> None:
+    """Checkpoints keep `Optimizer.state_dict()`'s index keys; FSDP's full-state API speaks names:
+    the translation is lossless both ways."""
+    net = Transformer(CONFIG)
+    optimizer = torch.optim.AdamW(net.parameters())
+    net(torch.zeros(1, 4, dtype=torch.long), torch.arange(4)).sum().backward()
+    optimizer.step()
+    state = optimizer.state_dict()
+    names = dict(enumerate(name for name, _ in net.named_parameters()))
+    by_name = rekey_optimizer_state(state, names)
+    assert set(by_name["state"]) <= set(names.values())
+    assert by_name["param_groups"][0]["params"] == list(names.values())
+    back = rekey_optimizer_state(by_name, {name: i for i, name in names.items()})
+    assert back["param_groups"] == state["param_groups"]
+    assert back["state"].keys() == state["state"].keys()
+    for key, value in state["state"].items():
+        assert all(torch.equal(back["state"][key][k], v) for k, v in value.items())

@@ -44,3 +44,31 @@ def test_the_scanner_sees_function_level_imports(tmp_path: Path) -> None:
     source = tmp_path / "m.py"
     source.write_text("def f():\n    import torch.nn\n    from optuna import trial\n")
     assert imported_packages(source) == {"torch", "optuna"}
+
+
+def calls_set_num_threads(path: Path) -> bool:
+    """Whether a file calls `set_num_threads` (as ``torch.set_num_threads`` or imported bare)."""
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name == "set_num_threads":
+                return True
+    return False
+
+
+def test_only_runtime_sets_torch_threads() -> None:
+    """Thread set-up has one home, `setdiff.runtime.setup_torch` (issue 13)."""
+    files = sorted((ROOT / "setdiff").rglob("*.py"))
+    callers = [str(f.relative_to(ROOT)) for f in files if calls_set_num_threads(f)]
+    assert callers == ["setdiff/runtime.py"]
+
+
+def test_the_thread_scanner_sees_both_spellings(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text("import torch\ntorch.set_num_threads(2)\n")
+    assert calls_set_num_threads(source)
+    source.write_text("from torch import set_num_threads\nset_num_threads(2)\n")
+    assert calls_set_num_threads(source)
+    source.write_text("import torch\ntorch.get_num_threads()\n")
+    assert not calls_set_num_threads(source)

@@ -36,6 +36,7 @@ from setdiff.kv_cache import KVCache
 from setdiff.masks import decode_mask
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import make_paradigm
+from setdiff.runtime import setup_torch
 from setdiff.sampling.loop import generate
 
 MASK_ID, VOCAB = 3, 64
@@ -173,9 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    setup_torch(threads=args.threads or None, seed=0)
     net = Transformer(CONFIG).eval()
     figures = {
         "decode": bench_decode(net, args.repeats, args.new_tokens),

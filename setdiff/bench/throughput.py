@@ -41,6 +41,7 @@ from setdiff.data import read_records
 from setdiff.evaluate import score_answer
 from setdiff.measure import count_new_tokens, fingerprint, peak_memory_mb, timed
 from setdiff.paradigm import PARADIGMS, make_paradigm
+from setdiff.runtime import setup_torch
 from setdiff.sampling.batch import generate_batch
 from setdiff.sampling.loop import GenerateResult
 
@@ -291,7 +292,7 @@ def main(argv: list[str] | None = None) -> None:
         ) from err
     if not sizes or min(sizes) < 1 or args.n_examples < 1:
         raise ConfigError("--batch-sizes and --n-examples must be >= 1")
-    torch.set_num_threads(args.threads)
+    setup_torch(threads=args.threads)
     root = Path(args.root)
     weights = {}
     for item in args.weights:

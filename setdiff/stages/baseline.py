@@ -33,6 +33,7 @@ from setdiff.evaluate import ANSWER_TASKS, score_answer
 from setdiff.measure import Row, count_new_tokens, fingerprint, peak_memory_mb, timed, write_rows
 from setdiff.params import load_params
 from setdiff.progress import progress_bar
+from setdiff.runtime import setup_torch
 from setdiff.sampling.loop import generate
 from setdiff.stages.common import Layout, parse_args, setup_logging
 
@@ -75,8 +76,7 @@ def main(argv: list[str]) -> None:
     if args.task not in ANSWER_TASKS:
         raise ConfigError(f"baseline: task {args.task!r} has no answers")
     layout = Layout(args.root, args.task)
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    setup_torch(threads=config.threads or None)
     from setdiff.hf import export_hf
 
     expect = {"paradigm": "ar", "task": args.task, "tokenizer": layout.tokenizer}

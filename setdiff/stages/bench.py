@@ -46,6 +46,7 @@ from setdiff.measure import (
 )
 from setdiff.params import Params, load_params
 from setdiff.progress import progress_bar
+from setdiff.runtime import setup_torch
 from setdiff.sampling.loop import generate
 from setdiff.sampling.policies import parse_threshold
 from setdiff.stages.common import Layout, StudyConfig, parse_args, setup_logging
@@ -243,8 +244,7 @@ def main(argv: list[str]) -> None:
     configs = configurations(params, study.paradigms)
     batched = throughput_configurations(configs, run.throughput.configs, str(params.path))
     layout = Layout(args.root, args.task)
-    if run.threads:
-        torch.set_num_threads(run.threads)
+    setup_torch(threads=run.threads or None)
     models = {
         name: load_model(
             layout.model(name),

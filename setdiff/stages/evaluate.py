@@ -41,7 +41,7 @@ class EvalConfig:
 
 
 def main(argv: list[str]) -> None:
-    import torch
+    from setdiff.runtime import setup_torch
 
     args = parse_args(argv, "Held-out likelihood (and answer accuracy) of one model.")
     setup_logging()
@@ -57,8 +57,7 @@ def main(argv: list[str]) -> None:
         tokenizer=layout.tokenizer,
     )
     model.paradigm.decode_policy(decode_options)  # validate the options before any compute
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    setup_torch(threads=config.threads or None)
     test = ArraySplit.load(layout.encoded("test"))
     if int(test.tokens.max()) >= model.net.config.vocab_size:
         raise ValueError(

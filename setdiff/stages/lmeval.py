@@ -69,7 +69,7 @@ class LmevalConfig:
 
 
 def main(argv: list[str]) -> None:
-    import torch
+    from setdiff.runtime import setup_torch
 
     args = parse_args(argv, "Answer accuracy through lm-evaluation-harness.", paradigm=False)
     setup_logging()
@@ -94,8 +94,7 @@ def main(argv: list[str]) -> None:
     }
     if config.vllm.run and "ar" not in models:
         raise ConfigError("lmeval.vllm.run needs ar in lmeval.paradigms (vLLM serves its export)")
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    setup_torch(threads=config.threads or None)
     records = read_records(layout.raw / "test.jsonl", args.task)[: config.n_examples]
     out = layout.root / "metrics" / "lmeval" / args.task
     summary: dict[str, Any] = {"task": args.task, "n_examples": len(records), "engines": {}}

@@ -25,6 +25,7 @@ from setdiff.config import ConfigError, check, frozen
 from setdiff.data import TASK_LAYOUTS, read_records
 from setdiff.measure import Row, count_new_tokens, fingerprint, kv_cache_mb, write_rows
 from setdiff.params import load_params
+from setdiff.runtime import setup_torch
 from setdiff.sampling.loop import GenerateResult
 from setdiff.sampling.policies import parse_threshold
 from setdiff.stages.common import Layout, parse_args, setup_logging
@@ -91,8 +92,7 @@ def main(argv: list[str]) -> None:
     base: dict[str, Any] = dict(params.get_path(f"decode.{args.paradigm}") or {})
     if TASK_LAYOUTS[args.task] != "stream":
         raise ConfigError(f"textgen needs a text task, got {args.task!r}")
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    setup_torch(threads=config.threads or None)
     layout = Layout(args.root, args.task, args.paradigm)
     expect = {"task": args.task, "tokenizer": layout.tokenizer}
     model = load_model(layout.model(), config.device, paradigm=args.paradigm, **expect)

@@ -29,6 +29,7 @@ from setdiff.artifacts import LoadedModel, load_model, run_id, save_model_dir, w
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError, build, check, frozen, to_dict
 from setdiff.data import read_records
+from setdiff.distributed import rank_and_world
 from setdiff.evaluate import ANSWER_TASKS, answer_rows
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import PARADIGMS, Paradigm, make_paradigm
@@ -42,7 +43,7 @@ from setdiff.stages.common import (
     setup_logging,
 )
 from setdiff.tokenizer import Tokenizer, load_tokenizer
-from setdiff.train import TrainConfig, rank_and_world, train
+from setdiff.train import TrainConfig, train
 
 log = logging.getLogger(__name__)
 

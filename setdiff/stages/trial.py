@@ -65,6 +65,7 @@ from setdiff.measure import Row
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import make_paradigm
 from setdiff.params import Params, load_params
+from setdiff.runtime import setup_torch
 from setdiff.stages.bench import BenchRunConfig, Configuration, measure
 from setdiff.stages.common import Layout, model_config, setup_logging
 from setdiff.stages.train import TaskTrainConfig
@@ -132,8 +133,7 @@ def run_trial(
     started = time.perf_counter()
     run = params.section("bench.run", BenchRunConfig)
     plan = resolve_trial(params, spec["knobs"])
-    if run.threads:
-        torch.set_num_threads(run.threads)
+    setup_torch(threads=run.threads or None)
     out.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {
         "spec": spec,

@@ -1,0 +1,35 @@
+"""Process-level torch set-up: the device a run computes on, its intra-op thread count and its
+global seed, in one call that every entry point makes before building models.
+
+`setup_torch` mutates only what it is asked to (``threads`` / ``seed`` None leave torch's
+setting as it is), and nothing in `setdiff` mutates these at import time (style 3.11). The
+seed here is torch's global one (model initialisation); samplers and training draw from
+explicit `torch.Generator`s and do not depend on it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from setdiff.config import check
+
+
+def setup_torch(
+    device: str | torch.device = "cpu", *, threads: int | None = None, seed: int | None = None
+) -> torch.device:
+    """Set torch's intra-op threads and global seed; return `device` as a `torch.device`.
+
+    Args:
+        device: where the run computes ("cpu", "cuda", "cuda:1", ...); parsed, not moved to.
+        threads: `torch.set_num_threads`; None keeps torch's current setting.
+        seed: `torch.manual_seed` (CPU and every CUDA device); None leaves the RNG as it is.
+
+    Raises:
+        ValueError: `threads` is below 1.
+    """
+    if threads is not None:
+        check(threads >= 1, f"threads must be >= 1 (None keeps torch's setting), got {threads}")
+        torch.set_num_threads(threads)
+    if seed is not None:
+        torch.manual_seed(seed)
+    return torch.device(device)
