@@ -197,12 +197,9 @@ def check_lengths(
             f"= {total} exceeds the model context max_seq_len={net.config.max_seq_len}"
             + ("" if prompt_name == "prompt_ids" else f" ({prompt_name})")
         )
-    if not prompt and (
-        paradigm.config.name in ("ar", "setdlm", "aogpt")
-        or getattr(paradigm.config, "shift", False)
-    ):
+    if not prompt and paradigm.needs_prompt:
         raise ValueError(f"{prompt_name} must hold at least one token (e.g. BOS)")
-    if suffix and paradigm.config.name in ("ar", "bd3lm"):
+    if suffix and not paradigm.can_infill:
         raise ValueError(f"{suffix_name} (infilling) is not supported by {paradigm.config.name}")
     return total
 
