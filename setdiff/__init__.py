@@ -2,7 +2,8 @@
 
 Public API:
 - `load_model(path)` -> `LoadedModel` (backbone, paradigm, tokenizer)
-- `generate(model, prompt_ids, *, max_new_tokens, **policy_options)` -> `GenerateResult`
+- `generate(model, prompt_ids, *, max_new_tokens, **policy_options)` -> `GenerateResult`;
+  `policy_options` are a `DecodeOptions` (e.g. ``window=4, threshold=0.9`` or ``"off"``)
 - `generate_batch(model, prompts, *, max_new_tokens, **policy_options)` -> one `GenerateResult`
   per prompt, each equal to `generate` on that prompt alone
 - `make_paradigm(name, config, mask_id=...)`, `Transformer`, `ModelConfig`
@@ -16,9 +17,11 @@ from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.sampling.batch import generate_batch
 from setdiff.sampling.loop import GenerateResult, generate
+from setdiff.sampling.policies import DecodeOptions
 
 __all__ = [
     "PARADIGMS",
+    "DecodeOptions",
     "GenerateResult",
     "LoadedModel",
     "ModelConfig",

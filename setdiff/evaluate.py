@@ -76,7 +76,7 @@ def likelihood(
         sequences += batch.tokens.shape[0]
     if tokens == 0:
         raise ValueError("likelihood: the split has no target tokens")
-    return Likelihood(nll / tokens, tokens, sequences, paradigm.config.name == "ar")
+    return Likelihood(nll / tokens, tokens, sequences, paradigm.exact_likelihood)
 
 
 def answer_rows(

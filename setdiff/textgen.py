@@ -2,7 +2,7 @@
 
 Protocols (spec sections 5.2 and 7, scaled down to KJV verses):
 - infilling: three consecutive verses of one chapter; the middle one is masked with its true
-  length (oracle). Paradigms that can infill (`INFILL_PARADIGMS`) decode it between both sides;
+  length (oracle). Paradigms that can infill (`can_infill`) decode it between both sides;
   ``ar`` and ``bd3lm`` see only the left context and generate exactly that many tokens (the
   paper's AR infilling baseline). Scored by ROUGE-L F and exact match with the reference verse.
 - unconditional: from ``<bos>`` with the paradigm's sampler, up to a token budget, stopping at
@@ -32,10 +32,6 @@ from setdiff.sampling.loop import GenerateResult, generate
 from setdiff.tokenizer import Tokenizer
 
 T = TypeVar("T")
-
-INFILL_PARADIGMS = frozenset({"setdlm", "aogpt", "mdlm"})
-"""Paradigms whose sampler decodes a span with given tokens on both sides (``suffix_ids``)."""
-
 
 # ---------------------------------------------------------------------------------------------
 # sample statistics
@@ -89,7 +85,7 @@ def token_nll(
     Raises:
         ValueError: if the judge is not an ``ar`` model.
     """
-    if judge.paradigm.config.name != "ar":
+    if not judge.paradigm.exact_likelihood:
         raise ValueError(f"the judge must be an ar model, got {judge.paradigm.config.name!r}")
     net = judge.net
     device = next(net.parameters()).device
@@ -248,7 +244,7 @@ def infill(
 ) -> InfillResult:
     """Fill the middle verse of `example` with the model's sampler (see the module docstring)."""
     tokenizer = _tokenizer(model)
-    uses_right = model.paradigm.config.name in INFILL_PARADIGMS
+    uses_right = model.paradigm.can_infill
     prompt = [tokenizer.bos_id, *example.left]
     suffix = example.right if uses_right else None
     device = next(model.net.parameters()).device

@@ -72,3 +72,29 @@ def test_the_thread_scanner_sees_both_spellings(tmp_path: Path) -> None:
     assert calls_set_num_threads(source)
     source.write_text("import torch\ntorch.get_num_threads()\n")
     assert not calls_set_num_threads(source)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Full dotted names of every absolute import in a file (functions included)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def test_sampling_sits_below_artifacts_and_stages() -> None:
+    """The decode loop takes a model and its paradigm; it never reaches up to the loaders
+    (`setdiff.artifacts`) or the stages."""
+    above = ("setdiff.artifacts", "setdiff.stages")
+    files = sorted((ROOT / "setdiff" / "sampling").rglob("*.py"))
+    assert files, "setdiff/sampling/ has no modules?"
+    bad = {
+        str(f.relative_to(ROOT)): sorted(
+            m for m in imported_modules(f) if any(m == a or m.startswith(a + ".") for a in above)
+        )
+        for f in files
+    }
+    assert {f: names for f, names in bad.items() if names} == {}

@@ -470,6 +470,46 @@ def test_good_threshold(sharp_model: Transformer, name: str, threshold: Any) -> 
     assert len(res.tokens) == 4
 
 
+@pytest.mark.parametrize("name", ["setdlm", "bd3lm", "mdlm"])
+def test_threshold_is_parsed_once_into_the_policy(name: str) -> None:
+    paradigm = make_paradigm(name, mask_id=MASK_ID)
+    assert paradigm.decode_policy({"threshold": "off"}).threshold is None
+    assert paradigm.decode_policy({}).threshold is None
+    policy = paradigm.decode_policy({"threshold": 1})
+    assert policy.threshold == 1.0 and isinstance(policy.threshold, float)
+    with pytest.raises(ValueError, match="threshold must be in \\(0, 1\\] or 'off'"):
+        paradigm.decode_policy({"threshold": "high"})
+    with pytest.raises(ValueError, match="threshold"):  # a built policy holds float | None only
+        type(policy)(threshold="off")
+
+
+@pytest.mark.parametrize(
+    ("name", "shift", "needs_prompt", "can_infill", "exact_likelihood"),
+    [
+        ("ar", None, True, False, True),
+        ("setdlm", False, True, True, False),
+        ("aogpt", False, True, True, False),
+        ("bd3lm", False, False, False, False),
+        ("bd3lm", True, True, False, False),
+        ("mdlm", False, False, True, False),
+        ("mdlm", True, True, True, False),
+    ],
+)
+def test_paradigm_capabilities(
+    name: str, shift: bool | None, needs_prompt: bool, can_infill: bool, exact_likelihood: bool
+) -> None:
+    from setdiff.paradigm import PARADIGMS
+
+    config_cls = PARADIGMS[name][0]
+    config = config_cls() if shift is None else config_cls(shift=shift)
+    paradigm = make_paradigm(name, config, mask_id=MASK_ID)
+    assert (paradigm.needs_prompt, paradigm.can_infill, paradigm.exact_likelihood) == (
+        needs_prompt,
+        can_infill,
+        exact_likelihood,
+    )
+
+
 def test_unknown_paradigm() -> None:
     with pytest.raises(ValueError, match="paradigm"):
         make_paradigm("foo", mask_id=3)
@@ -525,6 +565,24 @@ def test_other_bad_arguments(no_compute: Transformer, name: str, kwargs: dict, m
 def test_missing_paradigm(no_compute: Transformer) -> None:
     with pytest.raises(ValueError, match="paradigm"):
         generate(no_compute, PROMPTS[3], max_new_tokens=4)
+
+
+def test_any_decodable_model(sharp_model: Transformer) -> None:
+    """`generate` takes any (net, paradigm, tokenizer) record, not only a `LoadedModel`."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Bundle:
+        net: Transformer
+        paradigm: Any
+        tokenizer: Any | None = None
+
+    paradigm = make_paradigm("setdlm", mask_id=MASK_ID)
+    ours = generate(Bundle(sharp_model, paradigm), PROMPTS[3], max_new_tokens=6, window=4)
+    bare = generate(sharp_model, PROMPTS[3], max_new_tokens=6, paradigm=paradigm, window=4)
+    assert (ours.tokens, ours.steps, ours.nfe) == (bare.tokens, bare.steps, bare.nfe)
+    with pytest.raises(ValueError, match="stop_strings"):
+        generate(Bundle(sharp_model, paradigm), PROMPTS[3], max_new_tokens=6, stop_strings=["a"])
 
 
 # ---------------------------------------------------------------------------------------------

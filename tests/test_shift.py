@@ -19,13 +19,13 @@ from setdiff.model import Transformer
 from setdiff.orders import identity_order, rank_of
 from setdiff.paradigm import (
     AOGPTConfig,
-    BD3LMConfig,
     Batch,
+    BD3LMConfig,
     MDLMConfig,
     SetDLMConfig,
-    _masked_nll,
     make_paradigm,
 )
+from setdiff.paradigm.base import _masked_nll
 from setdiff.sampling.batch import generate_batch
 from setdiff.sampling.loop import generate
 

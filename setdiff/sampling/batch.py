@@ -18,14 +18,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import torch
 
-from setdiff.artifacts import LoadedModel
 from setdiff.kv_cache import RaggedKVCache
 from setdiff.sampling.inputs import forward_inputs
 from setdiff.sampling.loop import (
+    Decodable,
     GenerateResult,
     Stopper,
     _as_ids,
@@ -36,8 +36,12 @@ from setdiff.sampling.loop import (
     check_cache_size,
     check_lengths,
 )
-from setdiff.sampling.policies import DecodeContext, DecodePolicy
+from setdiff.sampling.policies import DecodeContext, DecodeOptions, DecodePolicy
 from setdiff.sampling.state import DecodeState, Plan
+
+if TYPE_CHECKING:
+    from setdiff.model import Transformer
+    from setdiff.paradigm import Paradigm
 
 
 @dataclasses.dataclass(slots=True)
@@ -57,11 +61,11 @@ class _Lane:
 
 
 def generate_batch(
-    model: Any,
+    model: Decodable | Transformer,
     prompts: Sequence[list[int] | torch.Tensor],
     *,
     max_new_tokens: int | Sequence[int],
-    paradigm: Any | None = None,
+    paradigm: Paradigm | None = None,
     suffixes: Sequence[list[int] | torch.Tensor | None] | None = None,
     use_cache: bool = True,
     seed: int | Sequence[int] = 0,
@@ -69,7 +73,7 @@ def generate_batch(
     stop_strings: list[str] | tuple[str, ...] = (),
     cache_size: int | None = None,
     trace_logits: bool = False,
-    **policy_options: Any,
+    **policy_options: Unpack[DecodeOptions],
 ) -> list[GenerateResult]:
     """Decode every prompt of `prompts` in one batch; one `GenerateResult` per row, in order.
 
@@ -90,7 +94,7 @@ def generate_batch(
     Raises:
         ValueError: on any bad argument, before any compute, naming the row (``prompts[2]``).
     """
-    net, paradigm = _unpack(model, paradigm)
+    net, paradigm, tokenizer = _unpack(model, paradigm)
     prompts = _as_sequence(prompts, "prompts", "prompts (lists of token ids)")
     if not prompts:
         raise ValueError("prompts must hold at least one prompt")
@@ -103,8 +107,7 @@ def generate_batch(
     if len(suffix_rows) != B:
         raise ValueError(f"suffixes must hold one entry per prompt ({B}), got {len(suffix_rows)}")
     stops, strings = _as_stops(stop_ids, stop_strings)
-    policy = paradigm.decode_policy(policy_options)
-    tokenizer = model.tokenizer if isinstance(model, LoadedModel) else None
+    policy = paradigm.decode_policy(dict(policy_options))
     if strings and tokenizer is None:
         raise ValueError("stop_strings needs a LoadedModel with a tokenizer")
     lanes, capacities, needs = [], [], []
@@ -144,7 +147,7 @@ def _per_row(value: Any, n: int, name: str) -> list[int]:
 
 
 def _run_batch(
-    net: Any,
+    net: Transformer,
     policy: DecodePolicy,
     lanes: list[_Lane],
     cache: RaggedKVCache | None,
@@ -220,7 +223,7 @@ def _row_inputs(
 
 
 def _forward_batch(
-    net: Any,
+    net: Transformer,
     lanes: list[_Lane],
     plans: list[Plan],
     cache: RaggedKVCache | None,

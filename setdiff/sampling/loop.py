@@ -5,6 +5,9 @@ loop. With ``use_cache=True`` each forward feeds only the tokens being committed
 queries, over a `KVCache`; with ``use_cache=False`` it feeds every committed token again (full
 recomputation with the same mask rules), which must give the same logits: the tests hold the
 cache to that. NFE counts real forward calls.
+
+The loop knows models through `Decodable` (a backbone, its paradigm, its tokenizer), which
+`setdiff.artifacts.LoadedModel` satisfies: sampling sits below artifacts and never imports it.
 """
 
 from __future__ import annotations
@@ -14,15 +17,35 @@ import dataclasses
 import operator
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, Unpack, runtime_checkable
 
 import torch
 
-from setdiff.artifacts import LoadedModel
 from setdiff.kv_cache import KVCache
 from setdiff.sampling.inputs import forward_inputs
-from setdiff.sampling.policies import DecodeContext, DecodePolicy
+from setdiff.sampling.policies import DecodeContext, DecodeOptions, DecodePolicy
 from setdiff.sampling.state import DecodeState, Plan
+
+if TYPE_CHECKING:
+    from setdiff.model import Transformer
+    from setdiff.paradigm import Paradigm
+    from setdiff.tokenizer import Tokenizer
+
+
+@runtime_checkable
+class Decodable(Protocol):
+    """A model ready to decode: its backbone, its paradigm and (when saved) its tokenizer.
+
+    `setdiff.artifacts.LoadedModel` is one; a bare `Transformer` goes with ``paradigm=``."""
+
+    @property
+    def net(self) -> Transformer: ...
+
+    @property
+    def paradigm(self) -> Paradigm: ...
+
+    @property
+    def tokenizer(self) -> Tokenizer | None: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -44,11 +67,11 @@ class GenerateResult:
 
 
 def generate(
-    model: Any,
+    model: Decodable | Transformer,
     prompt_ids: list[int] | torch.Tensor,
     *,
     max_new_tokens: int,
-    paradigm: Any | None = None,
+    paradigm: Paradigm | None = None,
     suffix_ids: list[int] | torch.Tensor | None = None,
     use_cache: bool = True,
     seed: int = 0,
@@ -56,12 +79,13 @@ def generate(
     stop_strings: list[str] | tuple[str, ...] = (),
     cache_size: int | None = None,
     trace_logits: bool = False,
-    **policy_options: Any,
+    **policy_options: Unpack[DecodeOptions],
 ) -> GenerateResult:
     """Decode `max_new_tokens` slots after `prompt_ids` with the paradigm's sampler.
 
     Args:
-        model: a `LoadedModel` (from `setdiff.load_model`) or a `Transformer` with `paradigm`.
+        model: a `Decodable`, e.g. a `LoadedModel` (from `setdiff.load_model`), or a
+            `Transformer` with `paradigm`.
         prompt_ids: context token ids (include BOS if the model was trained with it).
         max_new_tokens: slots to generate (the infilling span when `suffix_ids` is given).
         paradigm: the paradigm object when `model` is a bare `Transformer`.
@@ -74,22 +98,22 @@ def generate(
             tokenizer); the output ends with the token that completes the string.
         cache_size: KV-cache capacity; entries beyond it are dropped from the left.
         trace_logits: keep every forward's query logits (for equivalence checks).
-        **policy_options: the paradigm's decode options, e.g. ``window``, ``threshold``,
-            ``temperature``, ``top_p`` (see `setdiff.sampling.policies`).
+        **policy_options: the paradigm's decode options (`DecodeOptions`), e.g. ``window``,
+            ``threshold`` (a float or "off"), ``temperature``, ``top_p`` (see
+            `setdiff.sampling.policies`); parsed once, into the paradigm's policy.
     Raises:
         ValueError: on any bad argument, before any compute: e.g. text where token ids are
             expected, a token id outside [0, vocab_size), a lone str or int where a list is
             expected, a non-integer `max_new_tokens` or `seed`.
     """
-    net, paradigm = _unpack(model, paradigm)
+    net, paradigm, tokenizer = _unpack(model, paradigm)
     vocab_size = net.config.vocab_size
     prompt = _as_ids(prompt_ids, "prompt_ids", vocab_size)
     suffix = _as_ids(suffix_ids, "suffix_ids", vocab_size) if suffix_ids is not None else []
     max_new_tokens, seed = _as_int(max_new_tokens, "max_new_tokens"), _as_int(seed, "seed")
     stops, strings = _as_stops(stop_ids, stop_strings)
     total = check_lengths(net, paradigm, prompt, suffix, max_new_tokens)
-    policy = paradigm.decode_policy(policy_options)
-    tokenizer = model.tokenizer if isinstance(model, LoadedModel) else None
+    policy = paradigm.decode_policy(dict(policy_options))
     if strings and tokenizer is None:
         raise ValueError("stop_strings needs a LoadedModel with a tokenizer")
     check_cache_size(policy, prompt, suffix, max_new_tokens, cache_size)
@@ -104,7 +128,7 @@ def generate(
 
 
 def _run(
-    net: Any,
+    net: Transformer,
     policy: DecodePolicy,
     state: DecodeState,
     cache: KVCache | None,
@@ -142,7 +166,7 @@ def _run(
 
 
 def _forward(
-    net: Any,
+    net: Transformer,
     state: DecodeState,
     plan: Plan,
     cache: KVCache | None,
@@ -175,8 +199,8 @@ def _as_stops(stop_ids: Any, stop_strings: Any) -> tuple[list[int], tuple[str, .
 
 
 def check_lengths(
-    net: Any,
-    paradigm: Any,
+    net: Transformer,
+    paradigm: Paradigm,
     prompt: list[int],
     suffix: list[int],
     max_new_tokens: int,
@@ -197,12 +221,9 @@ def check_lengths(
             f"= {total} exceeds the model context max_seq_len={net.config.max_seq_len}"
             + ("" if prompt_name == "prompt_ids" else f" ({prompt_name})")
         )
-    if not prompt and (
-        paradigm.config.name in ("ar", "setdlm", "aogpt")
-        or getattr(paradigm.config, "shift", False)
-    ):
+    if not prompt and paradigm.needs_prompt:
         raise ValueError(f"{prompt_name} must hold at least one token (e.g. BOS)")
-    if suffix and paradigm.config.name in ("ar", "bd3lm"):
+    if suffix and not paradigm.can_infill:
         raise ValueError(f"{suffix_name} (infilling) is not supported by {paradigm.config.name}")
     return total
 
@@ -226,7 +247,9 @@ def check_cache_size(
 class Stopper:
     """Finds the first stop (token id or string) in the decoded prefix, checking new tokens only."""
 
-    def __init__(self, ids: set[int], strings: tuple[str, ...], tokenizer: Any | None) -> None:
+    def __init__(
+        self, ids: set[int], strings: tuple[str, ...], tokenizer: Tokenizer | None
+    ) -> None:
         self.ids, self.strings, self.tokenizer = ids, strings, tokenizer
         self.checked = 0  # generated tokens already scanned for stop ids
         self.active = bool(ids or strings)
@@ -248,13 +271,15 @@ class Stopper:
         return None
 
 
-def _unpack(model: Any, paradigm: Any | None) -> tuple[Any, Any]:
-    if isinstance(model, LoadedModel):
-        return model.net, paradigm if paradigm is not None else model.paradigm
-    net = model
+def _unpack(
+    model: Decodable | Transformer, paradigm: Paradigm | None
+) -> tuple[Transformer, Paradigm, Tokenizer | None]:
+    """The backbone, paradigm (`paradigm` overrides the model's own) and tokenizer to decode."""
+    if isinstance(model, Decodable):
+        return model.net, paradigm if paradigm is not None else model.paradigm, model.tokenizer
     if paradigm is None:
         raise ValueError("paradigm: pass a LoadedModel or paradigm=make_paradigm(...)")
-    return net, paradigm
+    return model, paradigm, None
 
 
 def _as_ids(ids: Any, name: str, vocab_size: int) -> list[int]:

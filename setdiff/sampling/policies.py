@@ -17,12 +17,16 @@ Policies:
   is committed by the first forward of the next one.
 - `MDLMPolicy` (mdlm): no cache; every forward sees the whole canvas; semi-autoregressive chunks,
   confidence- or random-order unmasking.
+
+User options (`DecodeOptions`: params, CLI, ``setdiff.generate(**options)``) are parsed once, by
+``from_options`` (which ``Paradigm.decode_policy`` calls): the threshold "off" becomes None
+there, so a policy and the accept rule only ever see ``float | None``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import torch
 
@@ -38,13 +42,34 @@ class DecodeContext:
     n_new: int
 
 
+class DecodeOptions(TypedDict, total=False):
+    """Decode options as users give them; each policy takes the ones it declares (see there)."""
+
+    window: int | Literal["all"] | None
+    threshold: float | Literal["off"] | None
+    temperature: float
+    final_temperature: float | None
+    top_p: float
+    order: Literal["random", "confidence"]
+    chunk_size: int
+
+
 def parse_threshold(threshold: float | str | None) -> float | None:
-    """None or "off" = no threshold; otherwise a confidence in (0, 1]."""
+    """A user's threshold: None or "off" = no threshold; otherwise a confidence in (0, 1]."""
     if threshold is None or threshold == "off":
         return None
     if isinstance(threshold, str) or not 0 < float(threshold) <= 1:
         raise ValueError(f"threshold must be in (0, 1] or 'off', got {threshold!r}")
     return float(threshold)
+
+
+def _check_threshold(threshold: float | None) -> None:
+    """A parsed threshold: None or a float in (0, 1] ("off" is turned into None by
+    `parse_threshold`, in ``from_options``, before a policy is built)."""
+    check(
+        threshold is None or (isinstance(threshold, float) and 0 < threshold <= 1),
+        f"threshold must be a float in (0, 1] or None, got {threshold!r}",
+    )
 
 
 def _check_sampling(temperature: float, top_p: float) -> None:
@@ -71,14 +96,19 @@ class _Options:
     with the token there (see `setdiff.sampling.inputs`)."""
 
     @classmethod
-    def from_options(cls, options: dict[str, Any], **fixed: Any) -> Any:
+    def from_options(cls, options: DecodeOptions | dict[str, Any], **fixed: Any) -> Any:
+        """The policy for user `options` (parsed here: threshold "off" -> None) and the
+        `fixed` values of the trained model (e.g. ``block_size``, ``shift``)."""
         known = {f.name for f in dataclasses.fields(cls)} - set(fixed)  # type: ignore[arg-type]
         unknown = sorted(set(options) - known)
         if unknown:
             raise ValueError(
                 f"unknown decode option(s) {unknown} for {cls.__name__}; known: {sorted(known)}"
             )
-        return cls(**options, **fixed)
+        parsed = dict(options)
+        if "threshold" in parsed:
+            parsed["threshold"] = parse_threshold(parsed["threshold"])
+        return cls(**parsed, **fixed)
 
 
 @frozen
@@ -116,8 +146,8 @@ class ARPolicy(_Options):
 class SetPolicy(_Options):
     window: int | Literal["all"] = 4
     """W: masked positions predicted per step, from the leftmost undecoded one ("all" = any)."""
-    threshold: float | str | None = None
-    """tau: also accept every window token with confidence >= tau; None / "off" = one per step."""
+    threshold: float | None = None
+    """tau: also accept every window token with confidence >= tau; None = one per step."""
     temperature: float = 0.0
     top_p: float = 1.0
     max_window: int = 8
@@ -126,7 +156,7 @@ class SetPolicy(_Options):
 
     def __post_init__(self) -> None:
         _check_sampling(self.temperature, self.top_p)
-        parse_threshold(self.threshold)
+        _check_threshold(self.threshold)
         if self.window != "all":
             check(
                 isinstance(self.window, int) and self.window >= 1,
@@ -166,7 +196,7 @@ class SetPolicy(_Options):
             top_p=self.top_p,
             generator=ctx.generator,
         )
-        keep = accept_confident(confidence, parse_threshold(self.threshold))
+        keep = accept_confident(confidence, self.threshold)
         return plan.queries[keep], tokens[keep]
 
 
@@ -249,14 +279,15 @@ class AnyOrderPolicy(_Options):
 class BlockPolicy(_Options):
     block_size: int = 4
     """S, fixed by the trained model."""
-    threshold: float | str | None = None
+    threshold: float | None = None
+    """tau: also accept every masked query with confidence >= tau; None = one per step."""
     temperature: float = 0.0
     top_p: float = 1.0
     shift: bool = False
 
     def __post_init__(self) -> None:
         _check_sampling(self.temperature, self.top_p)
-        parse_threshold(self.threshold)
+        _check_threshold(self.threshold)
 
     def max_forward(self, n_given: int, n_new: int) -> int:
         return max(n_given, 2 * self.block_size)
@@ -294,7 +325,7 @@ class BlockPolicy(_Options):
             top_p=self.top_p,
             generator=ctx.generator,
         )
-        keep = accept_confident(confidence, parse_threshold(self.threshold))
+        keep = accept_confident(confidence, self.threshold)
         return plan.queries[masked][keep], tokens[keep]
 
 
@@ -305,7 +336,8 @@ class MDLMPolicy(_Options):
     chunk_size: int = 32
     """Semi-autoregressive chunk: positions unmasked chunk by chunk, left to right."""
     order: Literal["confidence", "random"] = "confidence"
-    threshold: float | str | None = None
+    threshold: float | None = None
+    """tau: also accept every masked query with confidence >= tau; None = one per step."""
     temperature: float = 0.0
     top_p: float = 1.0
     shift: bool = False
@@ -319,7 +351,7 @@ class MDLMPolicy(_Options):
             f"order must be random|confidence, got {self.order!r}",
         )
         _check_sampling(self.temperature, self.top_p)
-        parse_threshold(self.threshold)
+        _check_threshold(self.threshold)
 
     def max_forward(self, n_given: int, n_new: int) -> int:
         return n_given + n_new
@@ -349,7 +381,7 @@ class MDLMPolicy(_Options):
             pick = torch.randint(len(candidates), (1,), generator=ctx.generator)
             confidence = confidence.clone()
             confidence[pick] = float("inf")
-        keep = accept_confident(confidence, parse_threshold(self.threshold))
+        keep = accept_confident(confidence, self.threshold)
         return candidates[keep], tokens[keep]
 
 
