@@ -13,39 +13,23 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
 
 from setdiff.artifacts import LoadedModel
 from setdiff.batching import ArraySplit
-from setdiff.data import (
-    ARITH_MARKER,
-    GSM_MARKER,
-    extract_answer,
-    score_arith,
-    score_gsm,
-    score_gsm8k,
-)
 from setdiff.progress import progress_bar
 from setdiff.sampling.loop import generate
-
-ANSWER_TASKS: dict[str, tuple[str, Callable[[str | None, Mapping[str, Any]], float]]] = {
-    "arith": (ARITH_MARKER, score_arith),
-    "gsm": (GSM_MARKER, score_gsm),
-    "gsm8k": (GSM_MARKER, score_gsm8k),
-}
-"""Tasks with a checkable answer: the marker before the answer and the generator's scorer."""
+from setdiff.tasks import ANSWER_TASKS
 
 
 def score_answer(task: str, text: str, record: Mapping[str, Any]) -> tuple[str | None, float]:
     """(extracted answer, the task generator's score) of a decoded text; every engine uses this."""
     if task not in ANSWER_TASKS:
         raise ValueError(f"task {task!r} has no checkable answers; known: {sorted(ANSWER_TASKS)}")
-    marker, scorer = ANSWER_TASKS[task]
-    answer = extract_answer(text, marker)
-    return answer, scorer(answer, record["entry"])
+    return ANSWER_TASKS[task].score_text(text, record["entry"])
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """Where pretrained assets come from: a local directory, or a Hugging Face hub snapshot.
 
 The one place that decides between the two (models and tokenizers in `setdiff.hf`, GSM8K in
-`setdiff.data`). A hub id is fetched with `huggingface_hub.snapshot_download`, imported on first
+`setdiff.tasks`). A hub id is fetched with `huggingface_hub.snapshot_download`, imported on first
 use; under ``HF_HUB_OFFLINE=1`` (the Makefile's default) that is a lookup in the local cache.
 """
 

@@ -25,7 +25,7 @@ import tokenizers
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, trainers
 
 from setdiff.config import check, frozen
-from setdiff.data import TASK_LAYOUTS, Record, check_task
+from setdiff.tasks import TASK_LAYOUTS, Record, check_task
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast

@@ -28,7 +28,6 @@ import setdiff.lmeval  # noqa: E402  (registers the model type)
 from setdiff.artifacts import save_model_dir  # noqa: E402
 from setdiff.baselines.vllm_server import find_vllm_python  # noqa: E402
 from setdiff.batching import ArraySplit  # noqa: E402
-from setdiff.data import to_jsonl  # noqa: E402
 from setdiff.lmeval.__main__ import main as lmeval_cli  # noqa: E402
 from setdiff.lmeval.model import SetdiffLM  # noqa: E402
 from setdiff.model import ModelConfig, Transformer  # noqa: E402
@@ -36,6 +35,7 @@ from setdiff.paradigm import Batch, make_paradigm  # noqa: E402
 from setdiff.stages import evaluate as evaluate_stage  # noqa: E402
 from setdiff.stages import lmeval as lmeval_stage  # noqa: E402
 from setdiff.stages import tokenize  # noqa: E402
+from setdiff.tasks.records import to_jsonl  # noqa: E402
 from setdiff.tokenizer import load_tokenizer  # noqa: E402
 from setdiff.train import TrainConfig, train  # noqa: E402
 

@@ -18,7 +18,6 @@ import yaml
 from checkout import copy_checkout, sh
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from setdiff import data
 from setdiff.artifacts import load_model
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError
@@ -27,6 +26,8 @@ from setdiff.params import load_params
 from setdiff.stages import prepare, preset, tokenize
 from setdiff.stages import train as train_stage
 from setdiff.stages.common import StudyConfig
+from setdiff.tasks import generate_splits
+from setdiff.tasks.gsm8k import Gsm8kConfig, generate_gsm8k, read_gsm8k, score_gsm8k
 from setdiff.tokenizer import (
     SPECIAL_MAP_FILE,
     TokenizerConfig,
@@ -131,8 +132,8 @@ def fixtures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_gsm8k_reads_both_layouts_into_clean_records(
     layout: str, fixtures: dict[str, Path]
 ) -> None:
-    config = data.Gsm8kConfig(source=str(fixtures[layout]), n_valid=2)
-    splits = data.generate_splits("gsm8k", config, seed=0)
+    config = Gsm8kConfig(source=str(fixtures[layout]), n_valid=2)
+    splits = generate_splits("gsm8k", config, seed=0)
     assert {k: len(v) for k, v in splits.items()} == {"train": 6, "valid": 2, "test": 2}
     assert [r["question"] for r in splits["test"]] == [r["question"] for r in TEST_ROWS]
     record = next(r for r in splits["train"] + splits["valid"] if "1200" in r["question"])
@@ -146,17 +147,17 @@ def test_gsm8k_reads_both_layouts_into_clean_records(
 
 
 def test_gsm8k_valid_draw_is_seeded(fixtures: dict[str, Path]) -> None:
-    config = data.Gsm8kConfig(source=str(fixtures["jsonl"]), n_valid=3)
-    draws = [data.generate_gsm8k(config, seed)["valid"] for seed in (0, 0, 1)]
+    config = Gsm8kConfig(source=str(fixtures["jsonl"]), n_valid=3)
+    draws = [generate_gsm8k(config, seed)["valid"] for seed in (0, 0, 1)]
     assert draws[0] == draws[1]
     assert draws[0] != draws[2]
 
 
 def test_gsm8k_caps_and_template(fixtures: dict[str, Path]) -> None:
-    config = data.Gsm8kConfig(
+    config = Gsm8kConfig(
         source=str(fixtures["jsonl"]), n_valid=2, n_train=3, n_test=1, template="Q: {question}\n"
     )
-    splits = data.generate_gsm8k(config, 0)
+    splits = generate_gsm8k(config, 0)
     assert [len(splits[s]) for s in ("train", "valid", "test")] == [3, 2, 1]
     assert splits["test"][0]["prompt"] == f"Q: {TEST_ROWS[0]['question']}\n"
 
@@ -171,7 +172,7 @@ def test_gsm8k_hub_ids_fetch_the_dataset_snapshot(
         return str(fixtures["parquet"])
 
     monkeypatch.setattr("huggingface_hub.snapshot_download", fake_snapshot)
-    rows = data.read_gsm8k("openai/gsm8k")
+    rows = read_gsm8k("openai/gsm8k")
     patterns = ["main/*.parquet", "*.jsonl"]
     assert calls == [("openai/gsm8k", {"repo_type": "dataset", "allow_patterns": patterns})]
     assert len(rows["train"]) == len(TRAIN_ROWS)
@@ -179,24 +180,24 @@ def test_gsm8k_hub_ids_fetch_the_dataset_snapshot(
 
 def test_gsm8k_bad_sources_are_named(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="not a local directory"):
-        data.read_gsm8k(str(tmp_path / "typo"))  # neither a directory nor owner/name
+        read_gsm8k(str(tmp_path / "typo"))  # neither a directory nor owner/name
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no GSM8K train split"):
-        data.read_gsm8k(str(tmp_path / "empty"))
+        read_gsm8k(str(tmp_path / "empty"))
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad/train.jsonl").write_text('{"question": "q"}\n')
     with pytest.raises(ValueError, match="row 0 lacks question/answer"):
-        data.read_gsm8k(str(tmp_path / "bad"))
+        read_gsm8k(str(tmp_path / "bad"))
     with pytest.raises(ValueError, match="must contain"):
-        data.Gsm8kConfig(template="no placeholder")
+        Gsm8kConfig(template="no placeholder")
 
 
 def test_gsm8k_scoring_is_numeric_exact_match() -> None:
     entry = {"question": "q", "answer": "1,230"}
-    assert data.score_gsm8k("1230", entry) == 1.0
-    assert data.score_gsm8k("1,230.0", entry) == 1.0
-    assert data.score_gsm8k("1231", entry) == 0.0
-    assert data.score_gsm8k(None, entry) == 0.0
+    assert score_gsm8k("1230", entry) == 1.0
+    assert score_gsm8k("1,230.0", entry) == 1.0
+    assert score_gsm8k("1231", entry) == 0.0
+    assert score_gsm8k(None, entry) == 0.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,9 +391,9 @@ def test_study_stage_lists_are_checked(change: dict, message: str) -> None:
 
 
 def test_gsm8k_asking_for_more_than_there_is_fails(fixtures: dict[str, Path]) -> None:
-    config = data.Gsm8kConfig(source=str(fixtures["jsonl"]), n_valid=2, n_train=7)
+    config = Gsm8kConfig(source=str(fixtures["jsonl"]), n_valid=2, n_train=7)
     with pytest.raises(ValueError, match="n_train 7 > 6 available"):
-        data.generate_gsm8k(config, 0)
+        generate_gsm8k(config, 0)
 
 
 # ---------------------------------------------------------------------------------------------

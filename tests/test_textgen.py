@@ -13,13 +13,13 @@ import yaml
 
 from setdiff import textgen
 from setdiff.artifacts import LoadedModel, save_model_dir
-from setdiff.data import to_jsonl
 from setdiff.masks import causal_mask
 from setdiff.measure import COLUMNS
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.sampling.loop import GenerateResult, generate
 from setdiff.stages import textgen as stage
+from setdiff.tasks.records import to_jsonl
 from setdiff.textgen import (
     distinct_n,
     infill,

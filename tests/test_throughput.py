@@ -13,10 +13,10 @@ import yaml
 from setdiff.artifacts import LoadedModel, save_model_dir
 from setdiff.bench.throughput import Method, parse_config, sweep
 from setdiff.config import ConfigError
-from setdiff.data import to_jsonl
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import make_paradigm
 from setdiff.stages import bench, tokenize
+from setdiff.tasks.records import to_jsonl
 from setdiff.tokenizer import Tokenizer, TokenizerConfig, load_tokenizer, train_tokenizer
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -12,9 +12,9 @@ import pytest
 import tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from setdiff import data
 from setdiff.config import ConfigError
 from setdiff.params import Params
+from setdiff.tasks.text import read_kjv
 from setdiff.tokenizer import (
     SPECIAL_TOKENS,
     UNK_TOKEN,
@@ -34,7 +34,7 @@ HELD_OUT = 'And Jonah said, 12 or 345 days; "Arise" (go) - it\'s 2024!\n  Next l
 
 @pytest.fixture(scope="module")
 def verses() -> list[dict[str, Any]]:
-    return data.read_kjv()[:2000]
+    return read_kjv()[:2000]
 
 
 @pytest.fixture(scope="module")
@@ -132,9 +132,9 @@ def test_wrong_special_ids_are_rejected() -> None:
 
 _TRAIN_SCRIPT = """
 import sys
-from setdiff import data
+from setdiff.tasks.text import read_kjv
 from setdiff.tokenizer import TokenizerConfig, train_tokenizer, training_texts
-verses = data.read_kjv()[:2000]
+verses = read_kjv()[:2000]
 config = TokenizerConfig(kind="bpe", vocab_size=300, seq_len=32)
 sys.stdout.write(train_tokenizer(training_texts(verses, "text"), config).to_str())
 """

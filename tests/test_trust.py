@@ -21,12 +21,12 @@ import yaml
 from setdiff import cli
 from setdiff.artifacts import LoadedModel, load_model, save_model_dir, write_bytes
 from setdiff.config import ConfigError
-from setdiff.data import to_jsonl
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import make_paradigm
 from setdiff.sampling.loop import generate
 from setdiff.stages import bench, evaluate, tokenize
 from setdiff.stages import preset as preset_stage
+from setdiff.tasks.records import to_jsonl
 from setdiff.tokenizer import Tokenizer, TokenizerConfig, load_tokenizer, train_tokenizer
 from setdiff.train import TrainConfig, train
 

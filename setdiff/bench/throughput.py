@@ -37,13 +37,13 @@ import torch
 
 from setdiff.artifacts import LoadedModel, load_model, write_json
 from setdiff.config import ConfigError
-from setdiff.data import read_records
 from setdiff.evaluate import score_answer
 from setdiff.measure import count_new_tokens, fingerprint, peak_memory_mb, timed
 from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.runtime import setup_torch
 from setdiff.sampling.batch import generate_batch
 from setdiff.sampling.loop import GenerateResult
+from setdiff.tasks import read_records
 
 log = logging.getLogger(__name__)
 

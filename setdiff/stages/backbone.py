@@ -40,12 +40,12 @@ from safetensors.torch import load_file, save_file
 from setdiff.artifacts import LoadedModel, write_json
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError, build, check, frozen, to_dict
-from setdiff.data import read_records
 from setdiff.evaluate import ANSWER_TASKS, answer_rows
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import ARConfig, SetDLMConfig, make_paradigm
 from setdiff.params import load_params
 from setdiff.stages.common import Layout, model_config, parse_args, setup_logging
+from setdiff.tasks import read_records
 from setdiff.tokenizer import Tokenizer, load_tokenizer
 from setdiff.train import TrainConfig, train
 

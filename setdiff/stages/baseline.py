@@ -28,7 +28,6 @@ import torch
 
 from setdiff.artifacts import LoadedModel, load_model, run_id, write_json
 from setdiff.config import ConfigError, check, frozen, to_dict
-from setdiff.data import read_records
 from setdiff.evaluate import ANSWER_TASKS, score_answer
 from setdiff.measure import Row, count_new_tokens, fingerprint, peak_memory_mb, timed, write_rows
 from setdiff.params import load_params
@@ -36,6 +35,7 @@ from setdiff.progress import progress_bar
 from setdiff.runtime import setup_torch
 from setdiff.sampling.loop import generate
 from setdiff.stages.common import Layout, parse_args, setup_logging
+from setdiff.tasks import read_records
 
 log = logging.getLogger(__name__)
 

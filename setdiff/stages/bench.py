@@ -32,7 +32,6 @@ import torch
 from setdiff.artifacts import LoadedModel, load_model, run_id, write_json, write_text
 from setdiff.bench.throughput import Method, sweep
 from setdiff.config import ConfigError, check, frozen
-from setdiff.data import read_records
 from setdiff.evaluate import ANSWER_TASKS, score_answer
 from setdiff.measure import (
     Row,
@@ -50,6 +49,7 @@ from setdiff.runtime import setup_torch
 from setdiff.sampling.loop import generate
 from setdiff.sampling.policies import parse_threshold
 from setdiff.stages.common import Layout, StudyConfig, parse_args, setup_logging
+from setdiff.tasks import read_records
 
 log = logging.getLogger(__name__)
 

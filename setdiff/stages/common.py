@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from setdiff.config import ConfigError, build, check, frozen
-from setdiff.data import TASK_LAYOUTS, check_task
 from setdiff.model import ModelConfig
 from setdiff.paradigm import PARADIGMS
 from setdiff.params import Params
+from setdiff.tasks import TASK_LAYOUTS, check_task
 
 
 def parse_args(argv: list[str], description: str, *, paradigm: bool = True) -> argparse.Namespace:

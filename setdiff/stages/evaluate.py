@@ -13,10 +13,10 @@ from typing import Any
 from setdiff.artifacts import load_model, write_json, write_text
 from setdiff.batching import ArraySplit
 from setdiff.config import check, frozen
-from setdiff.data import read_records
 from setdiff.evaluate import ANSWER_TASKS, answer_rows, likelihood
 from setdiff.params import load_params
 from setdiff.stages.common import Layout, parse_args, setup_logging
+from setdiff.tasks import read_records
 
 log = logging.getLogger(__name__)
 

@@ -27,10 +27,10 @@ from typing import Any, Literal
 
 from setdiff.artifacts import write_json
 from setdiff.config import ConfigError, check, frozen
-from setdiff.data import read_records
 from setdiff.evaluate import ANSWER_TASKS, answer_rows
 from setdiff.params import load_params
 from setdiff.stages.common import Layout, parse_args, setup_logging
+from setdiff.tasks import read_records
 
 log = logging.getLogger(__name__)
 

@@ -14,11 +14,12 @@ import logging
 import sys
 from typing import Any
 
-from setdiff import data
 from setdiff.artifacts import sha256_bytes, write_bytes, write_json
 from setdiff.config import ConfigError, to_dict
 from setdiff.params import Params, load_params
 from setdiff.stages.common import Layout, parse_args, setup_logging
+from setdiff.tasks import TASKS, generate_splits
+from setdiff.tasks.records import to_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -39,9 +40,9 @@ def main(argv: list[str]) -> None:
     setup_logging()
     params = load_params(args.params)
     seed = read_seed(params)
-    config = params.section(f"data.{args.task}", data.TASK_CONFIGS[args.task])
+    config = params.section(f"data.{args.task}", TASKS[args.task].config)
 
-    splits = data.generate_splits(args.task, config, seed)
+    splits = generate_splits(args.task, config, seed)
     raw_dir = Layout(args.root, args.task).raw
     manifest: dict[str, Any] = {
         "task": args.task,
@@ -51,7 +52,7 @@ def main(argv: list[str]) -> None:
         "splits": {},
     }
     for name, records in splits.items():
-        payload = data.to_jsonl(records)
+        payload = to_jsonl(records)
         write_bytes(raw_dir / f"{name}.jsonl", payload)
         manifest["splits"][name] = {
             "path": f"{name}.jsonl",

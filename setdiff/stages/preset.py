@@ -13,7 +13,6 @@ from pathlib import Path
 from setdiff.ablation import validate_ablation
 from setdiff.artifacts import write_text
 from setdiff.config import ConfigError
-from setdiff.data import DataConfig
 from setdiff.evaluate import ANSWER_TASKS
 from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.params import Params, load_params
@@ -25,6 +24,7 @@ from setdiff.stages.evaluate import EvalConfig
 from setdiff.stages.lmeval import LmevalConfig
 from setdiff.stages.textgen import TextGenConfig
 from setdiff.stages.train import TaskTrainConfig
+from setdiff.tasks import DataConfig
 from setdiff.tokenizer import TokenizerConfig
 
 TOP_LEVEL = (

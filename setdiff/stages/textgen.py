@@ -22,13 +22,13 @@ import torch
 
 from setdiff.artifacts import LoadedModel, load_model, run_id, write_json
 from setdiff.config import ConfigError, check, frozen
-from setdiff.data import TASK_LAYOUTS, read_records
 from setdiff.measure import Row, count_new_tokens, fingerprint, kv_cache_mb, write_rows
 from setdiff.params import load_params
 from setdiff.runtime import setup_torch
 from setdiff.sampling.loop import GenerateResult
 from setdiff.sampling.policies import parse_threshold
 from setdiff.stages.common import Layout, parse_args, setup_logging
+from setdiff.tasks import TASK_LAYOUTS, read_records
 from setdiff.textgen import (
     InfillResult,
     Sample,

@@ -22,11 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from setdiff import data
 from setdiff.artifacts import atomic_dir, sha256_bytes
 from setdiff.config import to_dict
 from setdiff.params import load_params
 from setdiff.stages.common import Layout, parse_args, setup_logging
+from setdiff.tasks import TASK_LAYOUTS, read_records
+from setdiff.tasks.records import SPLIT_NAMES, Record, Splits
 from setdiff.tokenizer import (
     ROLES,
     SPECIAL_MAP_FILE,
@@ -52,10 +53,10 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     return buffer.getvalue()
 
 
-def read_raw_splits(raw_dir: Path, task: str) -> data.Splits:
+def read_raw_splits(raw_dir: Path, task: str) -> Splits:
     """The jsonl splits written by ``prepare``; a clear error if one is missing, malformed or
     empty."""
-    splits = {name: data.read_records(raw_dir / f"{name}.jsonl", task) for name in data.SPLIT_NAMES}
+    splits = {name: read_records(raw_dir / f"{name}.jsonl", task) for name in SPLIT_NAMES}
     empty = [str(raw_dir / f"{name}.jsonl") for name, records in splits.items() if not records]
     if empty:
         raise ValueError(f"{', '.join(empty)}: empty (no records); run `setdiff prepare` again")
@@ -70,7 +71,7 @@ def split_payload(split: EncodedSplit, source: Path, task: str) -> bytes:
             examples that are all longer than seq_len.
     """
     seq_len = split.tokens.shape[1]
-    if split.tokens.shape[0] == 0 and data.TASK_LAYOUTS[task] == "stream":
+    if split.tokens.shape[0] == 0 and TASK_LAYOUTS[task] == "stream":
         raise ValueError(
             f"{source}: too short: its text does not fill one row of seq_len={seq_len} tokens; "
             f"add text or lower tokenizer.{task}.seq_len"
@@ -85,7 +86,7 @@ def split_payload(split: EncodedSplit, source: Path, task: str) -> bytes:
     )
 
 
-def make_tokenizer(config: TokenizerConfig, train: list[data.Record], task: str) -> Tokenizer:
+def make_tokenizer(config: TokenizerConfig, train: list[Record], task: str) -> Tokenizer:
     """Train the task's tokenizer on its train records, or load the pretrained one."""
     if config.kind == "pretrained":
         from setdiff.hf import load_pretrained_tokenizer

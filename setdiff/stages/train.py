@@ -28,7 +28,6 @@ import torch
 from setdiff.artifacts import LoadedModel, load_model, run_id, save_model_dir, write_json
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError, build, check, frozen, to_dict
-from setdiff.data import read_records
 from setdiff.distributed import rank_and_world
 from setdiff.evaluate import ANSWER_TASKS, answer_rows
 from setdiff.model import ModelConfig, Transformer
@@ -42,6 +41,7 @@ from setdiff.stages.common import (
     pretrained_source,
     setup_logging,
 )
+from setdiff.tasks import read_records
 from setdiff.tokenizer import Tokenizer, load_tokenizer
 from setdiff.train import TrainConfig, train
 

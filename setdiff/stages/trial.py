@@ -60,7 +60,6 @@ from setdiff.artifacts import (
 )
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError, build, to_dict
-from setdiff.data import check_task, read_records
 from setdiff.measure import Row
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import make_paradigm
@@ -69,6 +68,7 @@ from setdiff.runtime import setup_torch
 from setdiff.stages.bench import BenchRunConfig, Configuration, measure
 from setdiff.stages.common import Layout, model_config, setup_logging
 from setdiff.stages.train import TaskTrainConfig
+from setdiff.tasks import check_task, read_records
 from setdiff.tokenizer import load_tokenizer
 from setdiff.train import TrainConfig, train
 

@@ -20,7 +20,7 @@ def load_split(
     (as a string), question and the record's index."""
     import datasets
 
-    from setdiff.data import read_records
+    from setdiff.tasks import read_records
 
     records = read_records(Path(root) / "data" / task / "raw" / f"{split}.jsonl", task)
     if limit_records is not None:

@@ -1,7 +1,8 @@
-"""Tests for setdiff.data: config validation, determinism, split hygiene, arithmetic, scoring."""
+"""Tests for setdiff.tasks: config validation, determinism, split hygiene, arithmetic, scoring."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from fractions import Fraction
@@ -10,22 +11,21 @@ from typing import Any
 
 import pytest
 
-from setdiff import data
 from setdiff.config import ConfigError, build
-from setdiff.data import (
-    ArithConfig,
-    DataConfig,
-    GsmConfig,
-    TextConfig,
-    extract_answer,
-    generate_arith,
-    generate_gsm,
-    generate_text,
-    running_total,
-    score_arith,
-    score_gsm,
-)
 from setdiff.params import Params
+from setdiff.tasks import (
+    ANSWER_TASKS,
+    TASKS,
+    DataConfig,
+    Task,
+    check_task,
+    generate_splits,
+    task_config,
+)
+from setdiff.tasks.arith import ArithConfig, generate_arith, running_total, score_arith
+from setdiff.tasks.gsm import GSM_MARKER, GsmConfig, generate_gsm, gsm_record, score_gsm
+from setdiff.tasks.records import SPLIT_NAMES, Splits, extract_answer, from_jsonl, to_jsonl
+from setdiff.tasks.text import KJV_BOOKS, TextConfig, generate_text, read_kjv
 
 ARITH = {"n_train": 50, "n_valid": 20, "n_test": 20}
 
@@ -82,7 +82,7 @@ def test_gsm_config_errors() -> None:
         ({"valid_books": "Ruth", "test_books": ["Jonah"]}, "valid_books"),
         ({"valid_books": ["Ruth"], "test_books": ["Jonah"], "max_train_verses": 0}, "max_train"),
         (
-            {"valid_books": ["Ruth"], "test_books": [b for b in data.KJV_BOOKS if b != "Ruth"]},
+            {"valid_books": ["Ruth"], "test_books": [b for b in KJV_BOOKS if b != "Ruth"]},
             "no training",
         ),
     ],
@@ -95,9 +95,9 @@ def test_text_config_errors_name_the_problem(values: dict[str, Any], named: str)
 def test_data_config_builds_optional_sections() -> None:
     config = build(DataConfig, {"seed": 3, "arith": ARITH}, "data")
     assert config.arith == ArithConfig(**ARITH) and config.gsm is None and config.text is None
-    assert data.task_config(config, "arith") == config.arith
+    assert task_config(config, "arith") == config.arith
     with pytest.raises(ConfigError, match=r"data\.gsm is absent"):
-        data.task_config(config, "gsm")
+        task_config(config, "gsm")
     with pytest.raises(ConfigError, match="seed"):
         build(DataConfig, {"seed": "0"}, "data")
     with pytest.raises(ConfigError, match="n_trian"):
@@ -106,7 +106,7 @@ def test_data_config_builds_optional_sections() -> None:
 
 def test_unknown_task_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="'poetry'.*arith"):
-        data.check_task("poetry")
+        check_task("poetry")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,26 +121,26 @@ def test_running_total_example() -> None:
 
 
 @pytest.fixture(scope="module")
-def arith_splits() -> data.Splits:
+def arith_splits() -> Splits:
     return generate_arith(ArithConfig(**ARITH), seed=0)
 
 
-def test_arith_is_deterministic_and_seed_dependent(arith_splits: data.Splits) -> None:
+def test_arith_is_deterministic_and_seed_dependent(arith_splits: Splits) -> None:
     again = generate_arith(ArithConfig(**ARITH), seed=0)
     other = generate_arith(ArithConfig(**ARITH), seed=1)
-    for name in data.SPLIT_NAMES:
-        assert data.to_jsonl(again[name]) == data.to_jsonl(arith_splits[name])
-        assert data.to_jsonl(other[name]) != data.to_jsonl(arith_splits[name])
+    for name in SPLIT_NAMES:
+        assert to_jsonl(again[name]) == to_jsonl(arith_splits[name])
+        assert to_jsonl(other[name]) != to_jsonl(arith_splits[name])
 
 
-def test_arith_splits_sized_disjoint_and_unique(arith_splits: data.Splits) -> None:
+def test_arith_splits_sized_disjoint_and_unique(arith_splits: Splits) -> None:
     sizes = {name: len(rows) for name, rows in arith_splits.items()}
     assert sizes == {"train": 50, "valid": 20, "test": 20}
     prompts = [r["prompt"] for rows in arith_splits.values() for r in rows]
     assert len(prompts) == len(set(prompts)) == 90
 
 
-def test_arith_test_split_does_not_depend_on_n_train(arith_splits: data.Splits) -> None:
+def test_arith_test_split_does_not_depend_on_n_train(arith_splits: Splits) -> None:
     bigger = generate_arith(ArithConfig(**{**ARITH, "n_train": 80}), seed=0)
     assert bigger["test"] == arith_splits["test"] and bigger["valid"] == arith_splits["valid"]
 
@@ -162,7 +162,7 @@ def _check_target(record: dict[str, Any]) -> None:
     assert total == int(record["answer"])
 
 
-def test_arith_running_totals_are_right(arith_splits: data.Splits) -> None:
+def test_arith_running_totals_are_right(arith_splits: Splits) -> None:
     records = [r for rows in arith_splits.values() for r in rows]
     assert {op for r in records for op in re.findall(r"[^\d=]", r["prompt"])} <= {"+", "-"}
     assert any(int(r["answer"]) < 0 for r in records)  # negative running totals occur
@@ -171,14 +171,14 @@ def test_arith_running_totals_are_right(arith_splits: data.Splits) -> None:
         assert record["entry"]["metadata"]["expression"].replace(" ", "") + "=" == record["prompt"]
 
 
-def test_arith_record_is_json_round_trippable(arith_splits: data.Splits) -> None:
+def test_arith_record_is_json_round_trippable(arith_splits: Splits) -> None:
     record = arith_splits["test"][0]
     assert json.loads(json.dumps(record)) == record
     assert set(record) == {"prompt", "target", "answer", "question", "entry"}
     assert record["question"].startswith("State the final answer")
 
 
-def test_score_arith_uses_the_generator_checker(arith_splits: data.Splits) -> None:
+def test_score_arith_uses_the_generator_checker(arith_splits: Splits) -> None:
     for record in arith_splits["test"][:10]:
         entry = json.loads(json.dumps(record["entry"]))
         assert extract_answer(record["target"]) == record["answer"]
@@ -193,7 +193,7 @@ def test_extract_answer_edge_cases() -> None:
     assert extract_answer("1+2=3 # 3 ") == "3"
     assert extract_answer("no marker") is None
     assert extract_answer("1+2=3 #") is None
-    assert extract_answer("steps\n#### 42", data.GSM_MARKER) == "42"
+    assert extract_answer("steps\n#### 42", GSM_MARKER) == "42"
     assert extract_answer("steps\n#### 42") == "42"
 
 
@@ -214,10 +214,10 @@ def test_gsm_splits_and_scoring() -> None:
         assert record["prompt"] == record["question"] == record["entry"]["question"]
         assert record["target"].endswith(f"\n#### {record['answer']}")
         assert record["target"].count("####") == 1
-        answer = extract_answer(record["target"], data.GSM_MARKER)
+        answer = extract_answer(record["target"], GSM_MARKER)
         assert score_gsm(answer, record["entry"]) == 1.0
         assert score_gsm("123456789", record["entry"]) < 1.0
-    assert data.to_jsonl(splits["train"]) == data.to_jsonl(
+    assert to_jsonl(splits["train"]) == to_jsonl(
         generate_gsm(GsmConfig(n_train=30, n_valid=10, n_test=10), seed=0)["train"]
     )
 
@@ -237,10 +237,10 @@ def test_gsm_record_normalises_the_final_line_and_metadata() -> None:
         "answer": "36",
         "metadata": {"answer_cot": "a = 36.0\n#### 36.0", "variables": {"f": Fraction(1, 3)}},
     }
-    record = data.gsm_record(entry)
+    record = gsm_record(entry)
     assert record["target"] == "a = 36.0\n#### 36"
     assert record["entry"]["metadata"]["variables"]["f"] == "1/3"
-    bare = data.gsm_record({"question": "Q?", "answer": "5", "metadata": {}})
+    bare = gsm_record({"question": "Q?", "answer": "5", "metadata": {}})
     assert bare["target"] == "#### 5"
 
 
@@ -250,11 +250,11 @@ def test_gsm_record_normalises_the_final_line_and_metadata() -> None:
 
 @pytest.fixture(scope="module")
 def kjv() -> list[dict[str, Any]]:
-    return data.read_kjv()
+    return read_kjv()
 
 
 def test_kjv_books_match_the_file(kjv: list[dict[str, Any]]) -> None:
-    assert tuple(dict.fromkeys(v["book"] for v in kjv)) == data.KJV_BOOKS
+    assert tuple(dict.fromkeys(v["book"] for v in kjv)) == KJV_BOOKS
     assert set(kjv[0]) == {"book", "chapter", "verse", "text"}
     assert kjv[0]["text"] == "In the beginning God created the heaven and the earth."
     assert not any(v["text"] == "[]" for v in kjv)
@@ -284,10 +284,33 @@ def test_text_train_cap() -> None:
 
 def test_generate_splits_checks_the_config_type() -> None:
     with pytest.raises(TypeError, match="ArithConfig"):
-        data.generate_splits("arith", GsmConfig(n_train=1, n_valid=1, n_test=1), 0)
+        generate_splits("arith", GsmConfig(n_train=1, n_valid=1, n_test=1), 0)
 
 
-def test_jsonl_round_trip(arith_splits: data.Splits) -> None:
-    payload = data.to_jsonl(arith_splits["valid"])
-    assert data.from_jsonl(payload) == arith_splits["valid"]
+def test_jsonl_round_trip(arith_splits: Splits) -> None:
+    payload = to_jsonl(arith_splits["valid"])
+    assert from_jsonl(payload) == arith_splits["valid"]
     assert payload.count(b"\n") == len(arith_splits["valid"])
+
+
+# ---------------------------------------------------------------------------------------------
+# the registry
+
+
+def test_data_config_and_answer_tasks_derive_from_the_registry() -> None:
+    assert [f.name for f in dataclasses.fields(DataConfig)] == ["seed", *TASKS]
+    assert list(ANSWER_TASKS) == ["arith", "gsm", "gsm8k"]
+    assert {name: task.layout for name, task in TASKS.items()}["text"] == "stream"
+    assert all(name == task.name for name, task in TASKS.items())
+
+
+def test_task_scores_after_its_own_marker() -> None:
+    entry = {"answer": "1,230"}
+    assert TASKS["gsm8k"].score_text("so 1200 + 30\n#### 1230", entry) == ("1230", 1.0)
+    with pytest.raises(ValueError, match="text.*no checkable answers"):
+        TASKS["text"].score_text("#1", entry)
+
+
+def test_a_task_needs_both_marker_and_scorer() -> None:
+    with pytest.raises(ValueError, match="marker and score"):
+        Task(name="x", config=ArithConfig, layout="pairs", generate=generate_arith, marker="#")
