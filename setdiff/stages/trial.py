@@ -13,7 +13,7 @@ When ``trains`` (the space has training knobs) it trains the trial's paradigm fr
 `setdiff.ablation.should_prune`; the model is kept under ``--cache`` keyed by its training config,
 so later trials with the same training knobs only decode. Otherwise it loads
 ``models/<task>/<paradigm>``. It then decodes the first ``budget.n_examples`` test prompts as the
-bench stage does (`setdiff.stages.bench.measure`) and writes ``DIR/result.json``:
+bench stage does (`setdiff.measure.measure`) and writes ``DIR/result.json``:
 {accuracy, tokens_per_second, nfe_mean, tokens_per_forward, n, spec, ...}.
 
 ``setdiff trial --task arith --space FILE`` validates the preset's ``ablation`` section and writes
@@ -61,11 +61,11 @@ from setdiff.artifacts import (
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError, build, to_dict
 from setdiff.data import check_task, read_records
-from setdiff.measure import Row
+from setdiff.measure import Configuration, Row, measure
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import make_paradigm
 from setdiff.params import Params, load_params
-from setdiff.stages.bench import BenchRunConfig, Configuration, measure
+from setdiff.stages.bench import BenchRunConfig
 from setdiff.stages.common import Layout, model_config, setup_logging
 from setdiff.stages.train import TaskTrainConfig
 from setdiff.tokenizer import load_tokenizer
