@@ -50,23 +50,20 @@ from setdiff.ablation import (
 )
 from setdiff.artifacts import (
     LoadedModel,
-    check_model_dir,
     load_model,
-    load_weights,
-    read_config,
     run_id,
     save_model_dir,
     write_json,
 )
 from setdiff.batching import ArraySplit
-from setdiff.config import ConfigError, build, to_dict
+from setdiff.config import ConfigError, to_dict
 from setdiff.data import check_task, read_records
+from setdiff.initial import initial_source, initial_weights
 from setdiff.measure import Configuration, Row, measure
-from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import make_paradigm
 from setdiff.params import Params, load_params
 from setdiff.stages.bench import BenchRunConfig
-from setdiff.stages.common import Layout, model_config, setup_logging
+from setdiff.stages.common import Layout, model_config, pretrained_source, setup_logging
 from setdiff.stages.train import TaskTrainConfig
 from setdiff.tokenizer import load_tokenizer
 from setdiff.train import TrainConfig, train
@@ -198,7 +195,13 @@ def _trained_model(
     tokenizer = load_tokenizer(layout.tokenizer)
     seq_len = ArraySplit.load(layout.encoded("valid")).seq_len
     net_config = model_config(params, layout.task, tokenizer.vocab_size, seq_len)
-    init = layout.model("ar") if recipe.init_from_ar else None
+    # The train stage's rule: the AR model, else model.<task>.pretrained, else random weights.
+    init = initial_source(
+        plan.paradigm,
+        init_from_ar=recipe.init_from_ar,
+        ar_model=layout.model("ar"),
+        pretrained=pretrained_source(params, layout.task),
+    )
     key = run_id(plan.paradigm, net_config, plan.config, config, str(init))
     directory = (cache / key) if cache is not None else out / "model"
     # Parallel trials with the same training knobs: one trains, the others wait and reuse it.
@@ -228,7 +231,7 @@ def _train(
     out: Path,
     directory: Path,
     config: TrainConfig,
-    init: Path | None,
+    init: Path | str | None,
     key: str,
     run: BenchRunConfig,
 ) -> tuple[LoadedModel, dict[str, Any]]:
@@ -238,16 +241,7 @@ def _train(
     valid_split = ArraySplit.load(layout.encoded("valid"))
     net_config = model_config(params, layout.task, tokenizer.vocab_size, train_split.seq_len)
     log_path = out / "train_log.jsonl"
-    torch.manual_seed(config.seed)
-    net = Transformer(net_config)
-    if init is not None:
-        if not (init / "model.safetensors").exists():
-            raise ConfigError(f"train.{layout.task}.init_from_ar is true but {init} has no model")
-        check_model_dir(init, paradigm="ar", task=layout.task, tokenizer=layout.tokenizer)
-        # Built, not compared as dicts: fields added to ModelConfig later take their defaults.
-        if build(ModelConfig, read_config(init)["model"], str(init)) != net_config:
-            raise ConfigError(f"{init}: AR model shape differs from model.{layout.task}")
-        load_weights(net, init / "model.safetensors")
+    net = initial_weights(net_config, config.seed, init, layout.task, layout.tokenizer)
     paradigm = make_paradigm(plan.paradigm, plan.config, mask_id=tokenizer.mask_id)
     prune = spec["prune"]
 
