@@ -2,16 +2,17 @@
 
 ``setdiff trial --task arith --spec trial.json --out DIR [--cache DIR]`` reads the preset's
 ``paradigm``, ``decode``, ``train.<task>``, ``model.<task>`` and ``bench.run`` plus the trial spec
-that ``flows/ablation.py`` writes::
+that ``flows/ablation.py`` writes (`setdiff.ablation.TrialSpec`)::
 
     {"study", "number", "knobs": {...}, "trains": bool, "budget": {...},
      "prune": {"peers", "min_trials", "warmup_steps", "group_by"} | null, "constraints": {...}}
 
-When ``trains`` (the space has training knobs) it trains the trial's paradigm from
-``models/<task>/ar`` for ``budget.train_steps`` steps, logging the held-out loss to
-``DIR/train_log.jsonl`` (the flow follows it) and stopping early under the median rule of
-`setdiff.ablation.should_prune`; the model is kept under ``--cache`` keyed by its training config,
-so later trials with the same training knobs only decode. Otherwise it loads
+When ``trains`` (the space has training knobs) it trains the trial's paradigm from the train
+stage's starting weights (`setdiff.initial`: ``models/<task>/ar`` under ``init_from_ar``, else
+``model.<task>.pretrained``, else random) for ``budget.train_steps`` steps, logging the
+held-out loss to ``DIR/train_log.jsonl`` (the flow follows it) and stopping early under the
+median rule of `setdiff.ablation.should_prune`; the model is kept under ``--cache`` keyed by its
+training config, so later trials with the same training knobs only decode. Otherwise it loads
 ``models/<task>/<paradigm>``. It then decodes the first ``budget.n_examples`` test prompts as the
 bench stage does (`setdiff.measure.measure`) and writes ``DIR/result.json``:
 {accuracy, tokens_per_second, nfe_mean, tokens_per_forward, n, spec, ...}.
@@ -42,8 +43,8 @@ import torch
 
 from setdiff.ablation import (
     TrialPlan,
+    TrialSpec,
     constraint_values,
-    resolve_space,
     resolve_trial,
     should_prune,
     summarize,
@@ -56,12 +57,13 @@ from setdiff.artifacts import (
     write_json,
 )
 from setdiff.batching import ArraySplit
-from setdiff.config import ConfigError, to_dict
+from setdiff.config import ConfigError, build, to_dict
 from setdiff.data import check_task, read_records
 from setdiff.initial import initial_source, initial_weights
 from setdiff.measure import Configuration, Row, measure
 from setdiff.paradigm import make_paradigm
 from setdiff.params import Params, load_params
+from setdiff.search import resolve_space
 from setdiff.stages.bench import BenchRunConfig
 from setdiff.stages.common import Layout, model_config, pretrained_source, setup_logging
 from setdiff.stages.train import TaskTrainConfig
@@ -106,7 +108,7 @@ def main(argv: list[str]) -> None:
         if args.space:
             write_json(args.space, _space(params, args.task))
         else:
-            spec = json.loads(Path(args.spec).read_text())
+            spec = build(TrialSpec, json.loads(Path(args.spec).read_text()), args.spec)
             cache = Path(args.cache) if args.cache else None
             run_trial(params, spec, Layout(args.root, args.task), Path(args.out), cache)
     except (ConfigError, ValueError) as err:
@@ -123,24 +125,24 @@ def _space(params: Params, task: str) -> dict[str, Any]:
 
 
 def run_trial(
-    params: Params, spec: dict[str, Any], layout: Layout, out: Path, cache: Path | None
+    params: Params, spec: TrialSpec, layout: Layout, out: Path, cache: Path | None
 ) -> dict[str, Any]:
     """Train (or load), decode, and write ``out/result.json``; returns the result record."""
     started = time.perf_counter()
     run = params.section("bench.run", BenchRunConfig)
-    plan = resolve_trial(params, spec["knobs"])
+    plan = resolve_trial(params, spec.knobs)
     if run.threads:
         torch.set_num_threads(run.threads)
     out.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {
-        "spec": spec,
+        "spec": to_dict(spec),
         "paradigm": plan.paradigm,
         "paradigm_config": to_dict(plan.config),
         "decode_options": plan.options,
         "pruned": False,
     }
     try:
-        if spec["trains"]:
+        if spec.trains:
             model, record["train"] = _trained_model(params, plan, spec, layout, out, cache, run)
         else:
             model, record["train"] = _checkpoint(plan, layout, run), None
@@ -150,10 +152,10 @@ def run_trial(
     else:
         rows = _decode(model, plan, spec, layout, run)
         summary = summarize(rows)
-        record.update(summary, constraints=constraint_values(summary, spec["constraints"]))
+        record.update(summary, constraints=constraint_values(summary, spec.constraints))
     record["seconds"] = round(time.perf_counter() - started, 3)
     write_json(out / "result.json", record)
-    log.info("trial %s done in %.1f s", spec.get("number"), record["seconds"])
+    log.info("trial %s done in %.1f s", spec.number, record["seconds"])
     return record
 
 
@@ -175,7 +177,7 @@ def _checkpoint(plan: TrialPlan, layout: Layout, run: BenchRunConfig) -> LoadedM
 def _trained_model(
     params: Params,
     plan: TrialPlan,
-    spec: dict[str, Any],
+    spec: TrialSpec,
     layout: Layout,
     out: Path,
     cache: Path | None,
@@ -183,12 +185,12 @@ def _trained_model(
 ) -> tuple[LoadedModel, dict[str, Any]]:
     """Train the trial's paradigm at the reduced budget (or reuse the cached result)."""
     recipe = params.section(f"train.{layout.task}", TaskTrainConfig)
-    steps = spec["budget"]["train_steps"]
+    steps = spec.budget.train_steps
     # Trials share the cores (ablation workers): each trains on bench.run's threads.
     config = dataclasses.replace(
         recipe.for_paradigm(plan.paradigm),
         steps=steps,
-        eval_every=min(spec["budget"]["eval_every"], steps),
+        eval_every=min(spec.budget.eval_every, steps),
         checkpoint_every=steps,
         threads=run.threads,
     )
@@ -226,7 +228,7 @@ def _exclusive(path: Path) -> Iterator[None]:
 def _train(
     params: Params,
     plan: TrialPlan,
-    spec: dict[str, Any],
+    spec: TrialSpec,
     layout: Layout,
     out: Path,
     directory: Path,
@@ -243,17 +245,17 @@ def _train(
     log_path = out / "train_log.jsonl"
     net = initial_weights(net_config, config.seed, init, layout.task, layout.tokenizer)
     paradigm = make_paradigm(plan.paradigm, plan.config, mask_id=tokenizer.mask_id)
-    prune = spec["prune"]
+    prune = spec.prune
 
     def on_eval(step: int, loss: float) -> None:
         if prune is not None and should_prune(
             step,
             loss,
-            spec["knobs"],
-            prune["peers"],
-            min_trials=prune["min_trials"],
-            warmup_steps=prune["warmup_steps"],
-            group_by=prune["group_by"],
+            spec.knobs,
+            prune.peers,
+            min_trials=prune.min_trials,
+            warmup_steps=prune.warmup_steps,
+            group_by=prune.group_by,
         ):
             raise Pruned(step, loss)
 
@@ -290,13 +292,12 @@ def _curve(log_path: Path) -> list[list[float]]:
 
 
 def _decode(
-    model: LoadedModel, plan: TrialPlan, spec: dict[str, Any], layout: Layout, run: BenchRunConfig
+    model: LoadedModel, plan: TrialPlan, spec: TrialSpec, layout: Layout, run: BenchRunConfig
 ) -> list[Row]:
     """The bench stage's measurement of one configuration (warm-up prompts not recorded)."""
     tok = model.tokenizer
-    label = " ".join(f"{k}={v}" for k, v in spec["knobs"].items()) or "default"
-    configuration = Configuration(paradigm=plan.paradigm, label=label, options=plan.options)
-    test = read_records(layout.raw / "test.jsonl", layout.task)[: spec["budget"]["n_examples"]]
+    configuration = Configuration(paradigm=plan.paradigm, label=spec.label(), options=plan.options)
+    test = read_records(layout.raw / "test.jsonl", layout.task)[: spec.budget.n_examples]
     warm = read_records(layout.raw / "valid.jsonl", layout.task)[: run.warmup]
     rows = []
     for phase, records in (("warmup", warm), ("measure", test)):
