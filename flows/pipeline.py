@@ -1,5 +1,8 @@
 """The pipeline flow: the whole study as DVC stages, in dvc.yaml order, one task per stage.
 
+A front end over ``dvc repro`` (orchestration runs one way, DVC runs the flow: see `flows`): it
+adds no graph, ordering or caching of its own.
+
 Each task runs ``dvc repro <stage>``: DVC is the cache and decides what re-runs; Prefect is the
 scheduler (retries for infrastructure faults, logs and states in the UI). Result persistence
 stays off: DVC already keeps every output. With ``preset`` it first activates that preset

@@ -4,8 +4,8 @@
 ``results/baseline/<task>.csv``, ``metrics/tradeoff/<task>.json``,
 ``metrics/{evaluate,train,textgen}/<task>/<paradigm>.json``, ``models/<task>/<paradigm>/
 train_log.jsonl``, ``results/textgen/<task>/<paradigm>.csv``, ``ablations/<task>/trials.csv``,
-``params.yaml`` and ``dvc.lock`` (the per-example row files through `reports.rows`). What should exist comes from ``params.yaml`` (``study``,
-``bench``) joined with what is found on disk.
+``params.yaml`` and ``dvc.lock`` (the per-example row files through `reports.rows`). What should
+exist comes from ``params.yaml`` (``study``, ``bench``) joined with what is found on disk.
 
 Nothing here raises on a bad input: a missing, empty, unreadable or partial file becomes a
 `Missing` record (path, problem, kind) and the matching frame is empty or partial, so the report

@@ -1,11 +1,18 @@
-"""Ablation studies: the search space declared in params (``ablation:``) and a trial's pure parts.
+"""Ablation studies: the knobs, the spec records declared in params (``ablation:``), one trial.
 
-Optuna lives in ``flows/``; nothing here imports it. Here: the spec records (`AblationConfig`),
-built with ``Params.section`` and checked against the preset by `resolve_space` (a bad spec fails
-before any trial), which also gives the flow the space as plain JSON (knobs and the conditions
-under which they apply, the preset's configuration as the first trial, the finite grid);
-`resolve_trial` (knob values -> paradigm config and decode options); `should_prune` (the
-median rule for training trials); `summarize` and `constraint_values` (what a trial reports).
+Optuna lives in ``flows/``; nothing here imports it. Here: the knobs (`KNOBS`, each with the one
+rule for when it applies, `Knob.when` / `applies`), the spec records (`AblationConfig`, built
+with ``Params.section``), the trial spec the flow sends (`TrialSpec`), `resolve_trial` (knob
+values -> paradigm config and decode options), `should_prune` (the median rule for training
+trials) and `summarize` / `constraint_values` (what a trial reports). The space resolved against
+a preset (what the flow samples from) is `setdiff.search`.
+
+Why the median rule is ours and not ``optuna.pruners.MedianPruner``: Optuna cannot prune
+multi-objective studies (``Trial.should_prune`` raises; the default objectives are accuracy and
+NFE); the rule compares only trials equal on ``pruning.group_by`` (a larger D has a higher loss by
+design) and counts each distinct curve once (trials that reused a cached model repeat it), which
+``MedianPruner`` cannot express; and the decision is taken inside the trial's subprocess against
+peers fixed when the trial starts, so it does not depend on which parallel trial finishes first.
 
 Knobs (`KNOBS`) are only what `setdiff` implements (see `setdiff.sampling.policies`):
   paradigm      which diffusion paradigm a trial trains/decodes (setdlm, bd3lm, mdlm, aogpt)
@@ -25,16 +32,11 @@ import math
 import re
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from setdiff.artifacts import run_id
-from setdiff.config import ConfigError, check, frozen, to_dict
-from setdiff.evaluate import ANSWER_TASKS
+from setdiff.config import ConfigError, check, frozen
 from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.params import Params
-
-if TYPE_CHECKING:
-    from setdiff.stages.common import StudyConfig
 
 METRICS: dict[str, Literal["maximize", "minimize"]] = {
     "accuracy": "maximize",
@@ -65,6 +67,10 @@ class Knob:
     multiples: bool = False
     """Choices may be "D", "2D", ... (multiples of the trial's set size)."""
     nullable: bool = False
+
+    def when(self) -> dict[str, tuple[Any, ...]]:
+        """The condition under which this knob applies: each named value must be one of these."""
+        return {"paradigm": self.paradigms, **dict(self.requires)}
 
 
 KNOBS: dict[str, Knob] = {
@@ -228,10 +234,7 @@ def resolve_multiple(value: Any, set_size: int) -> Any:
 
 def applies(name: str, values: Mapping[str, Any]) -> bool:
     """Whether knob `name` applies given the values chosen so far (plus the context)."""
-    knob = KNOBS[name]
-    return values["paradigm"] in knob.paradigms and all(
-        values.get(other) in allowed for other, allowed in knob.requires
-    )
+    return all(values.get(other) in allowed for other, allowed in KNOBS[name].when().items())
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -285,163 +288,43 @@ def resolve_trial(params: Params, knobs: Mapping[str, Any]) -> TrialPlan:
     return TrialPlan(paradigm=name, config=config, options=options)
 
 
-def resolve_space(params: Params, task: str) -> dict[str, Any]:
-    """Validate ``ablation`` against the preset and return what the flow needs, as plain JSON.
+@frozen
+class TrialBudget:
+    """The part of `Budget` one trial uses."""
 
-    Every configuration the sampler can propose is resolved with `resolve_trial` first (float
-    ranges at both ends), so a bad spec fails here, before any trial.
-    """
-    config = params.section("ablation", AblationConfig)
-    where = f"{params.path}: ablation"
-    if task not in ANSWER_TASKS:
-        raise ConfigError(f"{where}: task {task!r} has no answers; use one of {list(ANSWER_TASKS)}")
-    context = _context(params, config)
-    points = enumerate_space(config.space, context)
-    for point in points:
-        resolve_trial(params, point)
-    for name in config.space:
-        if not any(name in point for point in points):
-            needs = {"paradigm": KNOBS[name].paradigms, **dict(KNOBS[name].requires)}
-            raise ConfigError(f"{where}: space.{name} never applies (it needs {needs})")
-    finite = all(s.choices is not None or KNOBS[n].kind is int for n, s in config.space.items())
-    if finite and config.budget.n_trials > len(points):
-        raise ConfigError(
-            f"{where}: budget.n_trials={config.budget.n_trials} exceeds the {len(points)} "
-            "distinct configurations of the space"
-        )
-    default = _default_point(params, config, context)
-    preset = str(params.get("preset", params.path.stem))
-    return {
-        "task": task,
-        "preset": preset,
-        "study": config.study or f"{task}-{preset}-{_fingerprint(params, config, task)}",
-        "storage": config.storage,
-        "objectives": [{"name": n, "direction": METRICS[n]} for n in config.objectives],
-        "constraints": to_dict(config.constraints),
-        "sampler": to_dict(config.sampler),
-        "budget": to_dict(config.budget),
-        "pruning": to_dict(config.pruning),
-        "trains": any(k in config.space for k in RETRAIN),
-        "knobs": [_knob_json(n, config.space[n]) for n in KNOBS if n in config.space],
-        "context": context,
-        "default": default,
-        "grid": points if finite else None,
-    }
+    n_examples: int = 20
+    train_steps: int = 100
+    eval_every: int = 25
 
 
-def validate_ablation(params: Params, study: StudyConfig) -> AblationConfig:
-    """Preset validation of ``ablation`` for every answer task of the study."""
-    tasks = [t for t in study.tasks if t in ANSWER_TASKS]
-    if not tasks:
-        raise ConfigError(f"{params.path}: ablation needs an answer task ({list(ANSWER_TASKS)})")
-    config = params.section("ablation", AblationConfig)
-    choices = config.space["paradigm"].choices if "paradigm" in config.space else None
-    missing = sorted(set(choices or (DEFAULT_PARADIGM,)) - set(study.paradigms))
-    if missing:
-        raise ConfigError(f"{params.path}: ablation: paradigm(s) {missing} are not in the study")
-    for task in tasks:
-        resolve_space(params, task)
-    return config
+@frozen
+class TrialPruning(PruningConfig):
+    """The median rule of one training trial, with its reference fixed when the trial starts."""
+
+    peers: tuple[Mapping[str, Any], ...] = ()
+    """Completed trials as ``{"knobs": {...}, "curve": [[step, loss], ...]}`` (`should_prune`)."""
 
 
-def _context(params: Params, config: AblationConfig) -> dict[str, Any]:
-    """Values the knob conditions see when a knob is not in the space."""
-    spec = config.space.get("paradigm")
-    choices = spec.choices if spec is not None and spec.choices else (DEFAULT_PARADIGM,)
-    window = resolve_trial(params, {}).options.get("window")
-    return {
-        "paradigm": DEFAULT_PARADIGM if DEFAULT_PARADIGM in choices else choices[0],
-        "order": "any" if window == "all" else "sliding",
-    }
+@frozen
+class TrialSpec:
+    """What the flow asks of one trial (``trial.json``; ``setdiff trial --spec``)."""
 
+    study: str
+    number: int
+    knobs: Mapping[str, Any]
+    """The sampled knob values (only those that apply)."""
+    trains: bool
+    """Train the trial's model (the space has training knobs) instead of loading the preset's."""
+    budget: TrialBudget
+    task: str | None = None
+    """Informational: the trial command's ``--task`` decides."""
+    prune: TrialPruning | None = None
+    """None = never prune (or a decode-only trial)."""
+    constraints: Mapping[str, Bound] = dataclasses.field(default_factory=dict)
 
-def _candidates(name: str, spec: KnobSpace) -> list[Any]:
-    if spec.choices is not None:
-        return list(spec.choices)
-    assert spec.low is not None and spec.high is not None
-    if KNOBS[name].kind is int:
-        step = 1 if spec.log else int(spec.step or 1)
-        return list(range(int(spec.low), int(spec.high) + 1, step))
-    return [spec.low, spec.high]  # a float range is validated at both ends
-
-
-def enumerate_space(space: Mapping[str, KnobSpace], context: Mapping[str, Any]) -> list[dict]:
-    """Every configuration the space can produce, each with only the knobs that apply to it."""
-    points: list[dict[str, Any]] = [{}]
-    for name in KNOBS:
-        if name not in space:
-            continue
-        values = _candidates(name, space[name])
-        grown = []
-        for point in points:
-            if applies(name, {**context, **point}):
-                grown += [{**point, name: value} for value in values]
-            else:
-                grown.append(point)
-        points = grown
-        if len(points) > MAX_GRID:
-            raise ConfigError(f"ablation: the space has more than {MAX_GRID} points to validate")
-    return points
-
-
-def _default_point(params: Params, config: AblationConfig, context: dict) -> dict[str, Any]:
-    """The preset's own configuration in knob terms (enqueued as the first trial)."""
-    plan = resolve_trial(params, {"paradigm": context["paradigm"]})
-    policy = make_paradigm(plan.paradigm, plan.config, mask_id=0).decode_policy(plan.options)
-    cfg, name = plan.config, plan.paradigm
-    preset: dict[str, Any] = {"paradigm": name, "order": context["order"]}
-    if name in ("setdlm", "bd3lm"):
-        preset["set_size"] = cfg.set_size if name == "setdlm" else cfg.block_size
-    if name == "setdlm":
-        preset |= {"max_set_size": cfg.max_set_size, "exponent": cfg.exponent}
-        preset["window"] = policy.window
-    if name in KNOBS["threshold"].paradigms:
-        preset["threshold"] = "off" if policy.threshold is None else policy.threshold
-    point: dict[str, Any] = {}
-    for knob in KNOBS:
-        if knob in config.space and applies(knob, {**context, **point}):
-            point[knob] = _express(knob, config.space[knob], preset[knob], preset.get("set_size"))
-    return point
-
-
-def _express(name: str, spec: KnobSpace, value: Any, set_size: int | None) -> Any:
-    """`value` as written in the space (e.g. window 4 with D = 4 -> "D"); ConfigError if absent."""
-    if spec.choices is None:
-        assert spec.low is not None and spec.high is not None
-        if isinstance(value, int | float) and spec.low <= value <= spec.high:
-            return value
-    else:
-        if name == "max_set_size" and value is None and None not in spec.choices:
-            value = 2 * (set_size or 0)
-        for choice in spec.choices:
-            if choice == value or (set_size and resolve_multiple(choice, set_size) == value):
-                return choice
-    raise ConfigError(
-        f"ablation: the preset's {name} = {value!r} is not in space.{name}; the preset's "
-        "configuration is enqueued as the first trial, so the space must contain it"
-    )
-
-
-def _knob_json(name: str, spec: KnobSpace) -> dict[str, Any]:
-    knob = KNOBS[name]
-    return {
-        "name": name,
-        "int": knob.kind is int,
-        "paradigms": list(knob.paradigms),
-        "requires": {other: list(allowed) for other, allowed in knob.requires},
-        **{k: v for k, v in to_dict(spec).items() if v is not None and v is not False},
-    }
-
-
-def _fingerprint(params: Params, config: AblationConfig, task: str) -> str:
-    """Hash of the spec (minus the budget's n_trials, timeout and workers, so raising them
-    continues the study) and of the preset sections a trial's result depends on."""
-    spec = to_dict(config)
-    resumable = ("n_trials", "timeout_s", "workers")
-    spec["budget"] = {k: v for k, v in spec["budget"].items() if k not in resumable}
-    keys = [f"{s}.{task}" for s in ("data", "tokenizer", "model", "train")]
-    keys += ["paradigm", "decode", "bench.run"]
-    return run_id(task, spec, {k: params.get_path(k) for k in keys})[:8]
+    def label(self) -> str:
+        """``"set_size=4 threshold=0.9"``, or ``"default"`` with no knobs."""
+        return " ".join(f"{k}={v}" for k, v in self.knobs.items()) or "default"
 
 
 def should_prune(
@@ -491,12 +374,14 @@ def summarize(rows: Sequence[Any]) -> dict[str, float]:
     }
 
 
-def constraint_values(summary: Mapping[str, float], constraints: Mapping[str, Any]) -> dict:
+def constraint_values(
+    summary: Mapping[str, float], constraints: Mapping[str, Bound]
+) -> dict[str, float]:
     """Optuna's convention: one value per bound, feasible when <= 0."""
     out = {}
     for metric, bound in constraints.items():
-        if bound.get("min") is not None:
-            out[f"{metric}_min"] = bound["min"] - summary[metric]
-        if bound.get("max") is not None:
-            out[f"{metric}_max"] = summary[metric] - bound["max"]
+        if bound.min is not None:
+            out[f"{metric}_min"] = bound.min - summary[metric]
+        if bound.max is not None:
+            out[f"{metric}_max"] = summary[metric] - bound.max
     return out

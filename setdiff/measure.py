@@ -10,6 +10,8 @@ example x configuration:
   ``new_tokens`` for AR engines, one forward per token after a fused prefill).
 - memory: peak RSS of the process on CPU (monotone over a run), peak CUDA allocation per example
   on GPU; KV-cache bytes of committed entries at the end of the decode.
+`measure` applies the contract to one prompt under one `Configuration` of our own sampler (the
+bench stage's sweep and every ablation trial measure through it).
 A run also writes a `fingerprint` (device, threads, versions, git revision, params and checkpoint
 hashes). Nothing here imports pandas: rows are plain dicts written as CSV.
 """
@@ -24,13 +26,17 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 
-from setdiff.artifacts import atomic_path, sha256_file
+from setdiff.artifacts import LoadedModel, atomic_path, sha256_file
+from setdiff.config import frozen
+from setdiff.evaluate import score_answer
+from setdiff.sampling.loop import generate
+from setdiff.sampling.policies import parse_threshold
 
 T = TypeVar("T")
 
@@ -65,6 +71,78 @@ class Row:
 
 
 COLUMNS = [f.name for f in dataclasses.fields(Row)] + ["tokens_per_forward", "tokens_per_second"]
+
+
+@frozen
+class Configuration:
+    """One decode configuration of a paradigm: its label (as in the CSV) and decode options."""
+
+    paradigm: str
+    label: str
+    options: Mapping[str, Any]
+
+
+def measure(
+    model: LoadedModel,
+    config: Configuration,
+    prompt: list[int],
+    *,
+    task: str,
+    record: Mapping[str, Any],
+    index: int,
+    seq_len: int,
+    seed: int,
+    traces: list[dict[str, Any]] | None = None,
+) -> Row:
+    """Decode one prompt under one configuration; append its step trace to `traces` if given."""
+    tok, device = model.tokenizer, next(model.net.parameters()).device
+    reset_peak_memory(device)
+    result, seconds = timed(
+        lambda: generate(
+            model,
+            prompt,
+            max_new_tokens=seq_len - len(prompt),
+            stop_ids=[tok.eos_id],
+            seed=seed,
+            **config.options,
+        ),
+        device,
+    )
+    if traces is not None:
+        traces.append(
+            {
+                "paradigm": config.paradigm,
+                "config": config.label,
+                "example": index,
+                "prompt_tokens": len(prompt),
+                "steps": result.steps,
+            }
+        )
+    text = tok.decode(result.tokens)
+    _, score = score_answer(task, text, record)
+    threshold = parse_threshold(config.options.get("threshold"))
+    window = config.options.get("window")
+    return Row(
+        task=task,
+        paradigm=config.paradigm,
+        engine="setdiff",
+        config=config.label,
+        window=window if isinstance(window, int) else None,
+        threshold=threshold,
+        regime="latency",
+        concurrency=1,
+        example=index,
+        prompt_tokens=len(prompt),
+        new_tokens=count_new_tokens(result.tokens, [tok.eos_id]),
+        nfe=result.nfe,
+        latency_s=seconds,
+        forward_s=result.forward_seconds,
+        peak_mem_mb=peak_memory_mb(device),
+        kv_cache_mb=kv_cache_mb(model.net, result.cache_length),
+        score=score,
+        exact=float(score == 1.0),
+        stopped=result.stopped,
+    )
 
 
 def count_new_tokens(tokens: Sequence[int], stop_ids: Iterable[int]) -> int:

@@ -29,15 +29,10 @@ import yaml  # noqa: E402
 
 from flows import ablation as flow  # noqa: E402
 from flows.tasks import CommandError, InfrastructureError, classify, run_command  # noqa: E402
-from setdiff.ablation import (  # noqa: E402
-    resolve_space,
-    resolve_trial,
-    should_prune,
-    summarize,
-    validate_ablation,
-)
+from setdiff.ablation import resolve_trial, should_prune, summarize  # noqa: E402
 from setdiff.config import ConfigError  # noqa: E402
 from setdiff.params import Params  # noqa: E402
+from setdiff.search import resolve_space, validate_ablation  # noqa: E402
 from setdiff.stages import promote, trial  # noqa: E402
 from setdiff.stages.common import StudyConfig  # noqa: E402
 

@@ -35,8 +35,8 @@ from prefect.testing.utilities import prefect_test_harness  # noqa: E402
 from flows import ablation as flow  # noqa: E402
 from flows.pipeline import pipeline, stage_names  # noqa: E402
 from flows.tasks import CommandError, InfrastructureError, open_storage, run_cli  # noqa: E402
-from setdiff.ablation import resolve_space  # noqa: E402
 from setdiff.params import Params  # noqa: E402
+from setdiff.search import resolve_space  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -32,22 +32,11 @@ import torch
 from setdiff.artifacts import LoadedModel, load_model, run_id, write_json, write_text
 from setdiff.bench.throughput import Method, sweep
 from setdiff.config import ConfigError, check, frozen
-from setdiff.evaluate import ANSWER_TASKS, score_answer
-from setdiff.measure import (
-    Row,
-    count_new_tokens,
-    fingerprint,
-    kv_cache_mb,
-    peak_memory_mb,
-    reset_peak_memory,
-    timed,
-    write_rows,
-)
+from setdiff.evaluate import ANSWER_TASKS
+from setdiff.measure import Configuration, Row, fingerprint, measure, write_rows
 from setdiff.params import Params, load_params
 from setdiff.progress import progress_bar
 from setdiff.runtime import setup_torch
-from setdiff.sampling.loop import generate
-from setdiff.sampling.policies import parse_threshold
 from setdiff.stages.common import Layout, StudyConfig, parse_args, setup_logging
 from setdiff.tasks import read_records
 
@@ -89,13 +78,6 @@ class BenchRunConfig:
         check(self.n_examples >= 1, "n_examples must be >= 1")
         check(self.warmup >= 0, "warmup must be >= 0")
         check(self.threads >= 0, "threads must be >= 0")
-
-
-@frozen
-class Configuration:
-    paradigm: str
-    label: str
-    options: Mapping[str, Any]
 
 
 def configurations(params: Params, paradigms: tuple[str, ...]) -> list[Configuration]:
@@ -165,69 +147,6 @@ def run_throughput(
         task=task,
         seq_len=seq_len,
         seed=seed,
-    )
-
-
-def measure(
-    model: LoadedModel,
-    config: Configuration,
-    prompt: list[int],
-    *,
-    task: str,
-    record: Mapping[str, Any],
-    index: int,
-    seq_len: int,
-    seed: int,
-    traces: list[dict[str, Any]] | None = None,
-) -> Row:
-    """Decode one prompt under one configuration; append its step trace to `traces` if given."""
-    tok, device = model.tokenizer, next(model.net.parameters()).device
-    reset_peak_memory(device)
-    result, seconds = timed(
-        lambda: generate(
-            model,
-            prompt,
-            max_new_tokens=seq_len - len(prompt),
-            stop_ids=[tok.eos_id],
-            seed=seed,
-            **config.options,
-        ),
-        device,
-    )
-    if traces is not None:
-        traces.append(
-            {
-                "paradigm": config.paradigm,
-                "config": config.label,
-                "example": index,
-                "prompt_tokens": len(prompt),
-                "steps": result.steps,
-            }
-        )
-    text = tok.decode(result.tokens)
-    _, score = score_answer(task, text, record)
-    threshold = parse_threshold(config.options.get("threshold"))
-    window = config.options.get("window")
-    return Row(
-        task=task,
-        paradigm=config.paradigm,
-        engine="setdiff",
-        config=config.label,
-        window=window if isinstance(window, int) else None,
-        threshold=threshold,
-        regime="latency",
-        concurrency=1,
-        example=index,
-        prompt_tokens=len(prompt),
-        new_tokens=count_new_tokens(result.tokens, [tok.eos_id]),
-        nfe=result.nfe,
-        latency_s=seconds,
-        forward_s=result.forward_seconds,
-        peak_mem_mb=peak_memory_mb(device),
-        kv_cache_mb=kv_cache_mb(model.net, result.cache_length),
-        score=score,
-        exact=float(score == 1.0),
-        stopped=result.stopped,
     )
 
 

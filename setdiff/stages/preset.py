@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from setdiff.ablation import validate_ablation
 from setdiff.artifacts import write_text
 from setdiff.config import ConfigError
 from setdiff.evaluate import ANSWER_TASKS
 from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.params import Params, load_params
+from setdiff.search import validate_ablation
 from setdiff.stages.backbone import BackboneStudyConfig
 from setdiff.stages.baseline import BaselineConfig
 from setdiff.stages.bench import BenchRunConfig, configurations, throughput_configurations

@@ -25,11 +25,12 @@ from typing import Any
 
 import torch
 
-from setdiff.artifacts import LoadedModel, load_model, run_id, save_model_dir, write_json
+from setdiff.artifacts import LoadedModel, run_id, save_model_dir, write_json
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError, build, check, frozen, to_dict
 from setdiff.distributed import rank_and_world
 from setdiff.evaluate import ANSWER_TASKS, answer_rows
+from setdiff.initial import initial_source, initial_weights
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import PARADIGMS, Paradigm, make_paradigm
 from setdiff.params import load_params
@@ -46,6 +47,9 @@ from setdiff.tokenizer import Tokenizer, load_tokenizer
 from setdiff.train import TrainConfig, train
 
 log = logging.getLogger(__name__)
+
+_initial_net = initial_weights
+"""The former name (tests/test_pretrained.py and test_trust.py call it)."""
 
 
 @frozen
@@ -109,11 +113,16 @@ def main(argv: list[str]) -> None:
     net_config = model_config(params, args.task, tokenizer.vocab_size, train_split.seq_len)
     _check_vocabulary(net_config, tokenizer, args.task)
     paradigm_cfg = paradigm_config(params, args.paradigm)
-    init = layout.model("ar") if args.paradigm != "ar" and recipe.init_from_ar else None
     # The starting weights: this task's AR model (a directory) or a pretrained checkpoint (a
     # path or hub id string), else None (random).
-    source = init or pretrained_source(params, args.task)
-    net = _initial_net(net_config, config.seed, source, args.task, layout.tokenizer)
+    pretrained = pretrained_source(params, args.task)
+    source = initial_source(
+        args.paradigm,
+        init_from_ar=recipe.init_from_ar,
+        ar_model=layout.model("ar"),
+        pretrained=pretrained,
+    )
+    net = initial_weights(net_config, config.seed, source, args.task, layout.tokenizer)
     paradigm = make_paradigm(
         args.paradigm, paradigm_cfg, mask_id=tokenizer.mask_id, attention=config.attention
     )
@@ -202,36 +211,6 @@ def _accuracy_curve(
         return {"accuracy": sum(r["exact"] for r in rows) / len(rows)}
 
     return on_eval
-
-
-def _initial_net(
-    net_config: ModelConfig,
-    seed: int,
-    init: Path | str | None,
-    task: str,
-    tokenizer: Path | None = None,
-) -> Transformer:
-    """A fresh backbone; this task's trained AR weights when `init` is that model directory; or
-    a pretrained Hugging Face checkpoint when `init` names one (``model.<task>.pretrained``)."""
-    torch.manual_seed(seed)
-    if isinstance(init, str):
-        from setdiff.hf import load_hf_backbone
-
-        net, _ = load_hf_backbone(init, max_seq_len=net_config.max_seq_len)
-        if net.config != net_config:
-            raise ConfigError(f"{init}: checkpoint config {net.config} != {net_config}")
-        log.info("initialised from pretrained %s", init)
-        return net
-    if init is not None and not (init / "model.safetensors").exists():
-        raise ConfigError(f"train.{task}.init_from_ar is true but {init} has no trained AR model")
-    net = Transformer(net_config)
-    if init is not None:
-        trained = load_model(init, paradigm="ar", task=task, tokenizer=tokenizer).net
-        if trained.config != net_config:
-            raise ConfigError(f"{init}: AR model {trained.config} differs from model.{task}")
-        net.load_state_dict(trained.state_dict())
-        log.info("initialised from %s", init)
-    return net
 
 
 def _check_vocabulary(net_config: ModelConfig, tokenizer: Tokenizer, task: str) -> None:

@@ -2,18 +2,19 @@
 
 ``setdiff trial --task arith --spec trial.json --out DIR [--cache DIR]`` reads the preset's
 ``paradigm``, ``decode``, ``train.<task>``, ``model.<task>`` and ``bench.run`` plus the trial spec
-that ``flows/ablation.py`` writes::
+that ``flows/ablation.py`` writes (`setdiff.ablation.TrialSpec`)::
 
     {"study", "number", "knobs": {...}, "trains": bool, "budget": {...},
      "prune": {"peers", "min_trials", "warmup_steps", "group_by"} | null, "constraints": {...}}
 
-When ``trains`` (the space has training knobs) it trains the trial's paradigm from
-``models/<task>/ar`` for ``budget.train_steps`` steps, logging the held-out loss to
-``DIR/train_log.jsonl`` (the flow follows it) and stopping early under the median rule of
-`setdiff.ablation.should_prune`; the model is kept under ``--cache`` keyed by its training config,
-so later trials with the same training knobs only decode. Otherwise it loads
+When ``trains`` (the space has training knobs) it trains the trial's paradigm from the train
+stage's starting weights (`setdiff.initial`: ``models/<task>/ar`` under ``init_from_ar``, else
+``model.<task>.pretrained``, else random) for ``budget.train_steps`` steps, logging the
+held-out loss to ``DIR/train_log.jsonl`` (the flow follows it) and stopping early under the
+median rule of `setdiff.ablation.should_prune`; the model is kept under ``--cache`` keyed by its
+training config, so later trials with the same training knobs only decode. Otherwise it loads
 ``models/<task>/<paradigm>``. It then decodes the first ``budget.n_examples`` test prompts as the
-bench stage does (`setdiff.stages.bench.measure`) and writes ``DIR/result.json``:
+bench stage does (`setdiff.measure.measure`) and writes ``DIR/result.json``:
 {accuracy, tokens_per_second, nfe_mean, tokens_per_forward, n, spec, ...}.
 
 ``setdiff trial --task arith --space FILE`` validates the preset's ``ablation`` section and writes
@@ -38,35 +39,31 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from setdiff.ablation import (
     TrialPlan,
+    TrialSpec,
     constraint_values,
-    resolve_space,
     resolve_trial,
     should_prune,
     summarize,
 )
 from setdiff.artifacts import (
     LoadedModel,
-    check_model_dir,
     load_model,
-    load_weights,
-    read_config,
     run_id,
     save_model_dir,
     write_json,
 )
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError, build, to_dict
-from setdiff.measure import Row
-from setdiff.model import ModelConfig, Transformer
+from setdiff.initial import initial_source, initial_weights
+from setdiff.measure import Configuration, Row, measure
 from setdiff.paradigm import make_paradigm
 from setdiff.params import Params, load_params
 from setdiff.runtime import setup_torch
-from setdiff.stages.bench import BenchRunConfig, Configuration, measure
-from setdiff.stages.common import Layout, model_config, setup_logging
+from setdiff.search import resolve_space
+from setdiff.stages.bench import BenchRunConfig
+from setdiff.stages.common import Layout, model_config, pretrained_source, setup_logging
 from setdiff.stages.train import TaskTrainConfig
 from setdiff.tasks import check_task, read_records
 from setdiff.tokenizer import load_tokenizer
@@ -110,7 +107,7 @@ def main(argv: list[str]) -> None:
         if args.space:
             write_json(args.space, _space(params, args.task))
         else:
-            spec = json.loads(Path(args.spec).read_text())
+            spec = build(TrialSpec, json.loads(Path(args.spec).read_text()), args.spec)
             cache = Path(args.cache) if args.cache else None
             run_trial(params, spec, Layout(args.root, args.task), Path(args.out), cache)
     except (ConfigError, ValueError) as err:
@@ -127,23 +124,23 @@ def _space(params: Params, task: str) -> dict[str, Any]:
 
 
 def run_trial(
-    params: Params, spec: dict[str, Any], layout: Layout, out: Path, cache: Path | None
+    params: Params, spec: TrialSpec, layout: Layout, out: Path, cache: Path | None
 ) -> dict[str, Any]:
     """Train (or load), decode, and write ``out/result.json``; returns the result record."""
     started = time.perf_counter()
     run = params.section("bench.run", BenchRunConfig)
-    plan = resolve_trial(params, spec["knobs"])
+    plan = resolve_trial(params, spec.knobs)
     setup_torch(threads=run.threads or None)
     out.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {
-        "spec": spec,
+        "spec": to_dict(spec),
         "paradigm": plan.paradigm,
         "paradigm_config": to_dict(plan.config),
         "decode_options": plan.options,
         "pruned": False,
     }
     try:
-        if spec["trains"]:
+        if spec.trains:
             model, record["train"] = _trained_model(params, plan, spec, layout, out, cache, run)
         else:
             model, record["train"] = _checkpoint(plan, layout, run), None
@@ -153,10 +150,10 @@ def run_trial(
     else:
         rows = _decode(model, plan, spec, layout, run)
         summary = summarize(rows)
-        record.update(summary, constraints=constraint_values(summary, spec["constraints"]))
+        record.update(summary, constraints=constraint_values(summary, spec.constraints))
     record["seconds"] = round(time.perf_counter() - started, 3)
     write_json(out / "result.json", record)
-    log.info("trial %s done in %.1f s", spec.get("number"), record["seconds"])
+    log.info("trial %s done in %.1f s", spec.number, record["seconds"])
     return record
 
 
@@ -178,7 +175,7 @@ def _checkpoint(plan: TrialPlan, layout: Layout, run: BenchRunConfig) -> LoadedM
 def _trained_model(
     params: Params,
     plan: TrialPlan,
-    spec: dict[str, Any],
+    spec: TrialSpec,
     layout: Layout,
     out: Path,
     cache: Path | None,
@@ -186,19 +183,25 @@ def _trained_model(
 ) -> tuple[LoadedModel, dict[str, Any]]:
     """Train the trial's paradigm at the reduced budget (or reuse the cached result)."""
     recipe = params.section(f"train.{layout.task}", TaskTrainConfig)
-    steps = spec["budget"]["train_steps"]
+    steps = spec.budget.train_steps
     # Trials share the cores (ablation workers): each trains on bench.run's threads.
     config = dataclasses.replace(
         recipe.for_paradigm(plan.paradigm),
         steps=steps,
-        eval_every=min(spec["budget"]["eval_every"], steps),
+        eval_every=min(spec.budget.eval_every, steps),
         checkpoint_every=steps,
         threads=run.threads,
     )
     tokenizer = load_tokenizer(layout.tokenizer)
     seq_len = ArraySplit.load(layout.encoded("valid")).seq_len
     net_config = model_config(params, layout.task, tokenizer.vocab_size, seq_len)
-    init = layout.model("ar") if recipe.init_from_ar else None
+    # The train stage's rule: the AR model, else model.<task>.pretrained, else random weights.
+    init = initial_source(
+        plan.paradigm,
+        init_from_ar=recipe.init_from_ar,
+        ar_model=layout.model("ar"),
+        pretrained=pretrained_source(params, layout.task),
+    )
     key = run_id(plan.paradigm, net_config, plan.config, config, str(init))
     directory = (cache / key) if cache is not None else out / "model"
     # Parallel trials with the same training knobs: one trains, the others wait and reuse it.
@@ -223,12 +226,12 @@ def _exclusive(path: Path) -> Iterator[None]:
 def _train(
     params: Params,
     plan: TrialPlan,
-    spec: dict[str, Any],
+    spec: TrialSpec,
     layout: Layout,
     out: Path,
     directory: Path,
     config: TrainConfig,
-    init: Path | None,
+    init: Path | str | None,
     key: str,
     run: BenchRunConfig,
 ) -> tuple[LoadedModel, dict[str, Any]]:
@@ -238,28 +241,19 @@ def _train(
     valid_split = ArraySplit.load(layout.encoded("valid"))
     net_config = model_config(params, layout.task, tokenizer.vocab_size, train_split.seq_len)
     log_path = out / "train_log.jsonl"
-    torch.manual_seed(config.seed)
-    net = Transformer(net_config)
-    if init is not None:
-        if not (init / "model.safetensors").exists():
-            raise ConfigError(f"train.{layout.task}.init_from_ar is true but {init} has no model")
-        check_model_dir(init, paradigm="ar", task=layout.task, tokenizer=layout.tokenizer)
-        # Built, not compared as dicts: fields added to ModelConfig later take their defaults.
-        if build(ModelConfig, read_config(init)["model"], str(init)) != net_config:
-            raise ConfigError(f"{init}: AR model shape differs from model.{layout.task}")
-        load_weights(net, init / "model.safetensors")
+    net = initial_weights(net_config, config.seed, init, layout.task, layout.tokenizer)
     paradigm = make_paradigm(plan.paradigm, plan.config, mask_id=tokenizer.mask_id)
-    prune = spec["prune"]
+    prune = spec.prune
 
     def on_eval(step: int, loss: float) -> None:
         if prune is not None and should_prune(
             step,
             loss,
-            spec["knobs"],
-            prune["peers"],
-            min_trials=prune["min_trials"],
-            warmup_steps=prune["warmup_steps"],
-            group_by=prune["group_by"],
+            spec.knobs,
+            prune.peers,
+            min_trials=prune.min_trials,
+            warmup_steps=prune.warmup_steps,
+            group_by=prune.group_by,
         ):
             raise Pruned(step, loss)
 
@@ -296,13 +290,12 @@ def _curve(log_path: Path) -> list[list[float]]:
 
 
 def _decode(
-    model: LoadedModel, plan: TrialPlan, spec: dict[str, Any], layout: Layout, run: BenchRunConfig
+    model: LoadedModel, plan: TrialPlan, spec: TrialSpec, layout: Layout, run: BenchRunConfig
 ) -> list[Row]:
     """The bench stage's measurement of one configuration (warm-up prompts not recorded)."""
     tok = model.tokenizer
-    label = " ".join(f"{k}={v}" for k, v in spec["knobs"].items()) or "default"
-    configuration = Configuration(paradigm=plan.paradigm, label=label, options=plan.options)
-    test = read_records(layout.raw / "test.jsonl", layout.task)[: spec["budget"]["n_examples"]]
+    configuration = Configuration(paradigm=plan.paradigm, label=spec.label(), options=plan.options)
+    test = read_records(layout.raw / "test.jsonl", layout.task)[: spec.budget.n_examples]
     warm = read_records(layout.raw / "valid.jsonl", layout.task)[: run.warmup]
     rows = []
     for phase, records in (("warmup", warm), ("measure", test)):

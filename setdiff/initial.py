@@ -1,0 +1,74 @@
+"""Initial weights of a backbone before training: the one rule the train stage and trials share.
+
+A model starts from one of three sources (`initial_source` picks it): this task's trained AR model
+directory (a diffusion paradigm with ``train.<task>.init_from_ar``, the paper's recipe), a
+pretrained Hugging Face checkpoint (``model.<task>.pretrained``: a path or hub id, a `str`), or
+random weights drawn after ``torch.manual_seed(seed)`` (None). `initial_weights` builds the
+backbone from it. Nothing here reads params or writes files.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from setdiff.artifacts import load_model
+from setdiff.config import ConfigError
+from setdiff.model import ModelConfig, Transformer
+
+log = logging.getLogger(__name__)
+
+
+def initial_source(
+    paradigm: str, *, init_from_ar: bool, ar_model: Path, pretrained: str | None
+) -> Path | str | None:
+    """Where `paradigm`'s training starts: the AR model directory, a pretrained id, or None.
+
+    Args:
+        init_from_ar: ``train.<task>.init_from_ar`` (diffusion paradigms only; AR never starts
+            from itself).
+        ar_model: the task's AR model directory (``models/<task>/ar``).
+        pretrained: ``model.<task>.pretrained`` (a checkpoint directory or hub id), or None.
+    """
+    if paradigm != "ar" and init_from_ar:
+        return ar_model
+    return pretrained
+
+
+def initial_weights(
+    net_config: ModelConfig,
+    seed: int,
+    init: Path | str | None,
+    task: str,
+    tokenizer: Path | None = None,
+) -> Transformer:
+    """A fresh backbone; this task's trained AR weights when `init` is that model directory; or
+    a pretrained Hugging Face checkpoint when `init` names one (``model.<task>.pretrained``).
+
+    The global torch RNG is seeded with `seed` first in every case, so training that follows
+    draws the same random numbers whichever source the weights came from.
+
+    Raises:
+        ConfigError: a missing AR model, or a checkpoint whose shape differs from `net_config`.
+    """
+    torch.manual_seed(seed)
+    if isinstance(init, str):
+        from setdiff.hf import load_hf_backbone
+
+        net, _ = load_hf_backbone(init, max_seq_len=net_config.max_seq_len)
+        if net.config != net_config:
+            raise ConfigError(f"{init}: checkpoint config {net.config} != {net_config}")
+        log.info("initialised from pretrained %s", init)
+        return net
+    if init is not None and not (init / "model.safetensors").exists():
+        raise ConfigError(f"train.{task}.init_from_ar is true but {init} has no trained AR model")
+    net = Transformer(net_config)
+    if init is not None:
+        trained = load_model(init, paradigm="ar", task=task, tokenizer=tokenizer).net
+        if trained.config != net_config:
+            raise ConfigError(f"{init}: AR model {trained.config} differs from model.{task}")
+        net.load_state_dict(trained.state_dict())
+        log.info("initialised from %s", init)
+    return net
