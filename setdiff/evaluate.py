@@ -20,9 +20,29 @@ import torch
 
 from setdiff.artifacts import LoadedModel
 from setdiff.batching import ArraySplit
+from setdiff.config import check, frozen
 from setdiff.progress import progress_bar
 from setdiff.sampling.loop import generate
 from setdiff.tasks import ANSWER_TASKS
+
+
+@frozen
+class EvalConfig:
+    n_likelihood: int = 500
+    """Test sequences scored for the likelihood bound (the first ones)."""
+    n_answers: int = 200
+    """Test prompts decoded and scored (tasks with answers only)."""
+    batch_size: int = 64
+    seed: int = 0
+    """Seed of the order/noise sampled per sequence and of the sampler."""
+    threads: int = 0
+    """torch intra-op threads; 0 = torch's default."""
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        check(self.n_likelihood >= 1, "n_likelihood must be >= 1")
+        check(self.n_answers >= 0, "n_answers must be >= 0")
+        check(self.batch_size >= 1, "batch_size must be >= 1")
 
 
 def score_answer(task: str, text: str, record: Mapping[str, Any]) -> tuple[str | None, float]:

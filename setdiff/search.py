@@ -40,7 +40,7 @@ from setdiff.paradigm import make_paradigm
 from setdiff.params import Params
 
 if TYPE_CHECKING:
-    from setdiff.stages.common import StudyConfig
+    from setdiff.study import StudyConfig
 
 
 @frozen

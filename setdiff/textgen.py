@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from setdiff.artifacts import LoadedModel
+from setdiff.config import check, frozen
 from setdiff.masks import causal_mask
 from setdiff.measure import peak_memory_mb, reset_peak_memory, timed
 from setdiff.sampling.loop import GenerateResult, generate
@@ -35,6 +36,43 @@ T = TypeVar("T")
 
 # ---------------------------------------------------------------------------------------------
 # sample statistics
+
+
+@frozen
+class TextGenConfig:
+    """What the textgen stage decodes and how (the decode policy itself is decode.<paradigm>)."""
+
+    n_infill: int = 64
+    """Verse triples whose middle verse is infilled and scored (after the warm-up ones)."""
+    infill_context: int = 0
+    """Context tokens kept on each side of the masked verse (last of v1, first of v3);
+    0 = whole verses. Needed when three verses rarely fit the model's context."""
+    n_uncond: int = 16
+    """Unconditional samples scored (after the warm-up ones)."""
+    uncond_tokens: int = 127
+    """Token budget of an unconditional sample; at most the model's max_seq_len - 1."""
+    seed: int = 0
+    """Seed of the triple draw and of the samplers (decode i uses seed + i)."""
+    temperature: float = 1.0
+    """Sampling temperature of the unconditional samples (infilling keeps decode.<paradigm>)."""
+    top_p: float = 0.95
+    """Nucleus mass of the unconditional samples (spec section 7: 0.95)."""
+    warmup: int = 2
+    """Decodes of each kind run first and not recorded (timing warm-up)."""
+    device: str = "cpu"
+    """torch device of the model and the judge, e.g. ``cpu`` or ``cuda``."""
+    threads: int = 0
+    """torch intra-op threads; 0 = torch's default."""
+
+    def __post_init__(self) -> None:
+        check(self.n_infill >= 1, f"n_infill must be >= 1, got {self.n_infill}")
+        check(self.infill_context >= 0, f"infill_context must be >= 0, got {self.infill_context}")
+        check(self.n_uncond >= 1, f"n_uncond must be >= 1, got {self.n_uncond}")
+        check(self.uncond_tokens >= 1, f"uncond_tokens must be >= 1, got {self.uncond_tokens}")
+        check(self.temperature >= 0, f"temperature must be >= 0, got {self.temperature}")
+        check(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
+        check(self.warmup >= 0, f"warmup must be >= 0, got {self.warmup}")
+        check(self.threads >= 0, f"threads must be >= 0, got {self.threads}")
 
 
 def unigram_entropy(tokens: Sequence[int]) -> float:

@@ -34,7 +34,7 @@ from setdiff.config import ConfigError  # noqa: E402
 from setdiff.params import Params  # noqa: E402
 from setdiff.search import resolve_space, validate_ablation  # noqa: E402
 from setdiff.stages import promote, trial  # noqa: E402
-from setdiff.stages.common import StudyConfig  # noqa: E402
+from setdiff.study import StudyConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -98,3 +98,46 @@ def test_sampling_sits_below_artifacts_and_stages() -> None:
         for f in files
     }
     assert {f: names for f, names in bad.items() if names} == {}
+
+
+STAGES = ROOT / "setdiff" / "stages"
+
+
+def test_no_stage_module_imports_another_stage_module() -> None:
+    """A stage keeps its CLI and orchestration; what stages share lives below them (the shared
+    CLI/layout helper `setdiff.stages.common` excepted)."""
+    allowed = {"setdiff.stages", "setdiff.stages.common"}
+    bad = {}
+    for path in sorted(STAGES.glob("*.py")):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module)
+                if node.module == "setdiff.stages":
+                    names |= {f"setdiff.stages.{alias.name}" for alias in node.names}
+        stages = sorted(n for n in names if n.startswith("setdiff.stages") and n not in allowed)
+        if stages:
+            bad[path.name] = stages
+    assert bad == {}
+
+
+def test_stages_read_params_only_through_the_preset() -> None:
+    """Stages call `setdiff.preset.load_preset` and read typed sections; no stage reads the raw
+    mapping (`setdiff.params`, ``get_path``, or ``section`` on anything but the preset)."""
+    bad = {}
+    for path in sorted(STAGES.glob("*.py")):
+        found = []
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == "setdiff.params":
+                found += [a.name for a in node.names if a.name != "Params"]
+            elif isinstance(node, ast.Attribute) and node.attr == "get_path":
+                found.append("get_path")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                receiver = node.func.value
+                if node.func.attr == "section" and getattr(receiver, "id", None) != "preset":
+                    found.append("section")
+        if found:
+            bad[path.name] = found
+    assert bad == {}

@@ -25,7 +25,7 @@ from setdiff.hf import load_pretrained_tokenizer
 from setdiff.params import load_params
 from setdiff.stages import prepare, preset, tokenize
 from setdiff.stages import train as train_stage
-from setdiff.stages.common import StudyConfig
+from setdiff.study import StudyConfig
 from setdiff.tasks import generate_splits
 from setdiff.tasks.gsm8k import Gsm8kConfig, generate_gsm8k, read_gsm8k, score_gsm8k
 from setdiff.tokenizer import (

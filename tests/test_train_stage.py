@@ -14,9 +14,9 @@ from test_train import copy_task, fresh
 
 from setdiff.config import ConfigError
 from setdiff.paradigm import make_paradigm
+from setdiff.recipe import TaskTrainConfig
 from setdiff.stages import prepare, tokenize
 from setdiff.stages import train as train_stage
-from setdiff.stages.train import TaskTrainConfig
 from setdiff.train import TrainConfig, train
 
 RECIPE = {"steps": 4, "batch_size": 8, "warmup_steps": 1, "eval_every": 2, "eval_examples": 8}

@@ -39,12 +39,13 @@ from safetensors.torch import load_file, save_file
 
 from setdiff.artifacts import LoadedModel, write_json
 from setdiff.batching import ArraySplit
-from setdiff.config import ConfigError, build, check, frozen, to_dict
+from setdiff.config import ConfigError, build, to_dict
 from setdiff.evaluate import ANSWER_TASKS, answer_rows
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import ARConfig, SetDLMConfig, make_paradigm
-from setdiff.params import load_params
-from setdiff.stages.common import Layout, model_config, parse_args, setup_logging
+from setdiff.preset import load_preset
+from setdiff.stages.common import Layout, parse_args, setup_logging
+from setdiff.study import BackboneStudyConfig
 from setdiff.tasks import read_records
 from setdiff.tokenizer import Tokenizer, load_tokenizer
 from setdiff.train import TrainConfig, train
@@ -52,31 +53,12 @@ from setdiff.train import TrainConfig, train
 log = logging.getLogger(__name__)
 
 
-@frozen
-class BackboneStudyConfig:
-    """``backbone``: the variants compared and the budget each one gets."""
-
-    variants: Mapping[str, Mapping[str, Any]]
-    """Name -> overrides of ``model.<task>`` (any `ModelConfig` field), ``ar_context_loss`` and
-    ``diffusion`` (overrides of the fine-tune's `TrainConfig`)."""
-    ar: TrainConfig
-    diffusion: TrainConfig
-    set_sizes: tuple[int, ...] = (2, 4)
-    n_examples: int = 300
-    """Test prompts decoded per model."""
-
-    def __post_init__(self) -> None:
-        check(len(self.variants) > 0, "variants must not be empty")
-        check(len(self.set_sizes) > 0 and min(self.set_sizes) >= 1, "set_sizes must be >= 1")
-        check(self.n_examples >= 1, "n_examples must be >= 1")
-
-
 def main(argv: list[str]) -> None:
     only, argv = _only(argv)
     args = parse_args(argv, "Backbone study: AR and setdlm accuracy per variant.", paradigm=False)
     setup_logging()
-    params = load_params(args.params)
-    study = params.section("backbone", BackboneStudyConfig)
+    preset = load_preset(args.params)
+    study = preset.section("backbone")
     if args.task not in ANSWER_TASKS:
         raise ConfigError(
             f"--task: {args.task!r} has no answers to score; use {sorted(ANSWER_TASKS)}"
@@ -84,8 +66,8 @@ def main(argv: list[str]) -> None:
     layout = Layout(args.root, args.task)
     tokenizer = load_tokenizer(layout.tokenizer)
     train_split, valid_split = (ArraySplit.load(layout.encoded(s)) for s in ("train", "valid"))
-    base = model_config(params, args.task, tokenizer.vocab_size, train_split.seq_len)
-    where = f"{params.path}: backbone.variants"
+    base = preset.section(f"model.{args.task}").config(tokenizer.vocab_size, train_split.seq_len)
+    where = f"{preset.path}: backbone.variants"
     variants = {n: _variant(base, study, v, f"{where}.{n}") for n, v in study.variants.items()}
     unknown = sorted(set(only or ()) - set(variants))
     if unknown:

@@ -22,15 +22,16 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from setdiff.artifacts import LoadedModel, load_model, run_id, write_json
-from setdiff.config import ConfigError, check, frozen, to_dict
+from setdiff.artifacts import LoadedModel, load_model, write_json
+from setdiff.baselines.config import BaselineConfig, VLLMConfig
+from setdiff.config import ConfigError, to_dict
 from setdiff.evaluate import ANSWER_TASKS, score_answer
 from setdiff.measure import Row, count_new_tokens, fingerprint, peak_memory_mb, timed, write_rows
-from setdiff.params import load_params
+from setdiff.preset import load_preset
 from setdiff.progress import progress_bar
 from setdiff.runtime import setup_torch
 from setdiff.sampling.loop import generate
@@ -39,40 +40,12 @@ from setdiff.tasks import read_records
 
 log = logging.getLogger(__name__)
 
-Engine = Literal["transformers", "vllm"]
-
-
-@frozen
-class VLLMConfig:
-    base_url: str | None = None
-    """An already running OpenAI-compatible server (loopback); None = start one here."""
-    on_unavailable: Literal["fail", "skip"] = "fail"
-    """When vLLM cannot run: fail the stage, or record it as skipped with the reason."""
-    startup_timeout_s: float = 300.0
-    concurrency: tuple[int, ...] = (1, 4)
-    """Concurrent requests for the throughput regime."""
-    timeout_s: float = 60.0
-    retries: int = 2
-
-
-@frozen
-class BaselineConfig:
-    engines: tuple[Engine, ...] = ("transformers", "vllm")
-    n_examples: int = 100
-    warmup: int = 3
-    device: str = "cpu"
-    threads: int = 1
-    vllm: VLLMConfig = VLLMConfig()
-
-    def __post_init__(self) -> None:
-        check(self.n_examples >= 1 and self.warmup >= 0, "n_examples >= 1 and warmup >= 0")
-
 
 def main(argv: list[str]) -> None:
     args = parse_args(argv, "AR baselines served by other engines.", paradigm=False)
     setup_logging()
-    params = load_params(args.params)
-    config = params.section("baseline", BaselineConfig)
+    preset = load_preset(args.params)
+    config = preset.section("baseline")
     if args.task not in ANSWER_TASKS:
         raise ConfigError(f"baseline: task {args.task!r} has no answers")
     layout = Layout(args.root, args.task)
@@ -108,7 +81,7 @@ def main(argv: list[str]) -> None:
             },
             "fingerprint": fingerprint(
                 torch.device(config.device),
-                params_hash=run_id(params.get_path("baseline")),
+                params_hash=preset.digest("baseline"),
                 checkpoints={"ar": layout.model("ar")},
             ),
         },

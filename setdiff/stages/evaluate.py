@@ -12,32 +12,12 @@ from typing import Any
 
 from setdiff.artifacts import load_model, write_json, write_text
 from setdiff.batching import ArraySplit
-from setdiff.config import check, frozen
 from setdiff.evaluate import ANSWER_TASKS, answer_rows, likelihood
-from setdiff.params import load_params
+from setdiff.preset import load_preset
 from setdiff.stages.common import Layout, parse_args, setup_logging
 from setdiff.tasks import read_records
 
 log = logging.getLogger(__name__)
-
-
-@frozen
-class EvalConfig:
-    n_likelihood: int = 500
-    """Test sequences scored for the likelihood bound (the first ones)."""
-    n_answers: int = 200
-    """Test prompts decoded and scored (tasks with answers only)."""
-    batch_size: int = 64
-    seed: int = 0
-    """Seed of the order/noise sampled per sequence and of the sampler."""
-    threads: int = 0
-    """torch intra-op threads; 0 = torch's default."""
-    device: str = "cpu"
-
-    def __post_init__(self) -> None:
-        check(self.n_likelihood >= 1, "n_likelihood must be >= 1")
-        check(self.n_answers >= 0, "n_answers must be >= 0")
-        check(self.batch_size >= 1, "batch_size must be >= 1")
 
 
 def main(argv: list[str]) -> None:
@@ -45,9 +25,9 @@ def main(argv: list[str]) -> None:
 
     args = parse_args(argv, "Held-out likelihood (and answer accuracy) of one model.")
     setup_logging()
-    params = load_params(args.params)
-    config = params.section("evaluate", EvalConfig)
-    decode_options: dict[str, Any] = dict(params.get_path(f"decode.{args.paradigm}") or {})
+    preset = load_preset(args.params)
+    config = preset.section("evaluate")
+    decode_options: dict[str, Any] = preset.section(f"decode.{args.paradigm}")
     layout = Layout(args.root, args.task, args.paradigm)
     model = load_model(
         layout.model(),

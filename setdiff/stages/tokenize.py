@@ -24,7 +24,7 @@ import numpy as np
 
 from setdiff.artifacts import atomic_dir, sha256_bytes
 from setdiff.config import to_dict
-from setdiff.params import load_params
+from setdiff.preset import load_preset
 from setdiff.stages.common import Layout, parse_args, setup_logging
 from setdiff.tasks import TASK_LAYOUTS, read_records
 from setdiff.tasks.records import SPLIT_NAMES, Record, Splits
@@ -115,7 +115,8 @@ def main(argv: list[str]) -> None:
         argv, "Train a task's tokenizer and encode its splits to fixed length.", paradigm=False
     )
     setup_logging()
-    config = load_params(args.params).section(f"tokenizer.{args.task}", TokenizerConfig)
+    preset = load_preset(args.params)
+    config = preset.section(f"tokenizer.{args.task}")
     layout = Layout(args.root, args.task)
     splits = read_raw_splits(layout.raw, args.task)
 

@@ -19,29 +19,23 @@ import dataclasses
 import logging
 import os
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from setdiff.artifacts import LoadedModel, run_id, save_model_dir, write_json
 from setdiff.batching import ArraySplit
-from setdiff.config import ConfigError, build, check, frozen, to_dict
+from setdiff.config import ConfigError
 from setdiff.distributed import rank_and_world
 from setdiff.evaluate import ANSWER_TASKS, answer_rows
 from setdiff.initial import initial_source, initial_weights
 from setdiff.model import ModelConfig, Transformer
-from setdiff.paradigm import PARADIGMS, Paradigm, make_paradigm
-from setdiff.params import load_params
-from setdiff.stages.common import (
-    Layout,
-    model_config,
-    paradigm_config,
-    parse_args,
-    pretrained_source,
-    setup_logging,
-)
+from setdiff.paradigm import Paradigm, make_paradigm
+from setdiff.preset import ModelSpec, load_preset
+from setdiff.preset import model_config as model_config  # the former helper (tests call it)
+from setdiff.recipe import CurveConfig, TaskTrainConfig
+from setdiff.stages.common import Layout, parse_args, setup_logging
 from setdiff.tasks import read_records
 from setdiff.tokenizer import Tokenizer, load_tokenizer
 from setdiff.train import TrainConfig, train
@@ -52,81 +46,33 @@ _initial_net = initial_weights
 """The former name (tests/test_pretrained.py and test_trust.py call it)."""
 
 
-@frozen
-class CurveConfig:
-    """``train.<task>.curve``: answer accuracy at every evaluation, so a reader of the training
-    curves sees whether a paradigm had converged (answer tasks, single-process runs)."""
-
-    n_examples: int = 0
-    """Validation prompts decoded greedily at each evaluation; 0 = no accuracy curve."""
-    decode: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
-    """Decode options per paradigm (the paradigm's defaults where absent). They live here, not
-    in ``decode``, so that changing how the evaluate stage decodes does not retrain a model."""
-
-    def __post_init__(self) -> None:
-        check(self.n_examples >= 0, f"n_examples must be >= 0, got {self.n_examples}")
-        unknown = sorted(set(self.decode) - set(PARADIGMS))
-        check(not unknown, f"decode: unknown paradigm(s) {unknown}; use {list(PARADIGMS)}")
-
-
-@frozen
-class TaskTrainConfig:
-    """``train.<task>``: one recipe for AR, one for the diffusion paradigms."""
-
-    ar: TrainConfig
-    diffusion: TrainConfig
-    init_from_ar: bool = True
-    """Start diffusion paradigms from this task's trained AR weights (else from scratch)."""
-    curve: CurveConfig = dataclasses.field(default_factory=CurveConfig)
-    paradigms: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
-    """Per diffusion paradigm, fields of ``diffusion`` it overrides (e.g. ``setdlm: {steps:
-    1600}``): the budget follows what each paradigm needs."""
-
-    def __post_init__(self) -> None:
-        unknown = sorted(set(self.paradigms) - (set(PARADIGMS) - {"ar"}))
-        check(not unknown, f"paradigms: {unknown} are not diffusion paradigms (ar has its own)")
-        for name in self.paradigms:
-            try:  # a bad field is refused when the preset is read, naming the file and key
-                self.for_paradigm(name)
-            except ConfigError as err:
-                raise ValueError(str(err)) from None
-
-    def for_paradigm(self, name: str) -> TrainConfig:
-        if name == "ar":
-            return self.ar
-        overrides = self.paradigms.get(name)
-        if not overrides:
-            return self.diffusion
-        return build(TrainConfig, {**to_dict(self.diffusion), **overrides}, f"paradigms.{name}")
-
-
 def main(argv: list[str]) -> None:
     args = parse_args(argv, "Train one (task, paradigm) model; resumable; torchrun-aware.")
     setup_logging()
-    params = load_params(args.params)
+    preset = load_preset(args.params)
     layout = Layout(args.root, args.task, args.paradigm)
-    recipe = params.section(f"train.{args.task}", TaskTrainConfig)
+    recipe: TaskTrainConfig = preset.section(f"train.{args.task}")
     config = _with_local_device(recipe.for_paradigm(args.paradigm))
     tokenizer = load_tokenizer(layout.tokenizer)
     train_split = ArraySplit.load(layout.encoded("train"))
     valid_split = ArraySplit.load(layout.encoded("valid"))
-    net_config = model_config(params, args.task, tokenizer.vocab_size, train_split.seq_len)
+    model_spec: ModelSpec = preset.section(f"model.{args.task}")
+    net_config = model_spec.config(tokenizer.vocab_size, train_split.seq_len)
     _check_vocabulary(net_config, tokenizer, args.task)
-    paradigm_cfg = paradigm_config(params, args.paradigm)
+    paradigm_cfg = preset.section(f"paradigm.{args.paradigm}")
     # The starting weights: this task's AR model (a directory) or a pretrained checkpoint (a
     # path or hub id string), else None (random).
-    pretrained = pretrained_source(params, args.task)
     source = initial_source(
         args.paradigm,
         init_from_ar=recipe.init_from_ar,
         ar_model=layout.model("ar"),
-        pretrained=pretrained,
+        pretrained=model_spec.pretrained,
     )
     net = initial_weights(net_config, config.seed, source, args.task, layout.tokenizer)
     paradigm = make_paradigm(
         args.paradigm, paradigm_cfg, mask_id=tokenizer.mask_id, attention=config.attention
     )
-    on_eval = _accuracy_curve(recipe.curve, layout, paradigm, net, tokenizer, params.path)
+    on_eval = _accuracy_curve(recipe.curve, layout, paradigm, net, tokenizer, preset.path)
     rid = run_id(net_config, paradigm_cfg, config, str(source), recipe.curve)
     is_main = rank_and_world()[0] == 0
     if is_main:

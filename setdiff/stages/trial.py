@@ -55,16 +55,16 @@ from setdiff.artifacts import (
     write_json,
 )
 from setdiff.batching import ArraySplit
+from setdiff.bench.config import BenchRunConfig
 from setdiff.config import ConfigError, build, to_dict
 from setdiff.initial import initial_source, initial_weights
 from setdiff.measure import Configuration, Row, measure
 from setdiff.paradigm import make_paradigm
-from setdiff.params import Params, load_params
+from setdiff.preset import ModelSpec, Preset, load_preset
+from setdiff.recipe import TaskTrainConfig
 from setdiff.runtime import setup_torch
 from setdiff.search import resolve_space
-from setdiff.stages.bench import BenchRunConfig
-from setdiff.stages.common import Layout, model_config, pretrained_source, setup_logging
-from setdiff.stages.train import TaskTrainConfig
+from setdiff.stages.common import Layout, setup_logging
 from setdiff.tasks import check_task, read_records
 from setdiff.tokenizer import load_tokenizer
 from setdiff.train import TrainConfig, train
@@ -103,33 +103,33 @@ def main(argv: list[str]) -> None:
     setup_logging()
     try:
         check_task(args.task)
-        params = load_params(args.params)
+        preset = load_preset(args.params)
         if args.space:
-            write_json(args.space, _space(params, args.task))
+            write_json(args.space, _space(preset, args.task))
         else:
             spec = build(TrialSpec, json.loads(Path(args.spec).read_text()), args.spec)
             cache = Path(args.cache) if args.cache else None
-            run_trial(params, spec, Layout(args.root, args.task), Path(args.out), cache)
+            run_trial(preset, spec, Layout(args.root, args.task), Path(args.out), cache)
     except (ConfigError, ValueError) as err:
         print(f"setdiff trial: {type(err).__name__}: {err}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG) from None
 
 
-def _space(params: Params, task: str) -> dict[str, Any]:
-    space = resolve_space(params, task)
-    params.section("bench.run", BenchRunConfig)
+def _space(preset: Preset, task: str) -> dict[str, Any]:
+    space = resolve_space(preset.params, task)
+    preset.section("bench.run")  # noqa: B018 (built for its errors)
     if space["trains"]:
-        params.section(f"train.{task}", TaskTrainConfig)
+        preset.section(f"train.{task}")
     return space
 
 
 def run_trial(
-    params: Params, spec: TrialSpec, layout: Layout, out: Path, cache: Path | None
+    preset: Preset, spec: TrialSpec, layout: Layout, out: Path, cache: Path | None
 ) -> dict[str, Any]:
     """Train (or load), decode, and write ``out/result.json``; returns the result record."""
     started = time.perf_counter()
-    run = params.section("bench.run", BenchRunConfig)
-    plan = resolve_trial(params, spec.knobs)
+    run = preset.section("bench.run")
+    plan = resolve_trial(preset.params, spec.knobs)
     setup_torch(threads=run.threads or None)
     out.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {
@@ -141,7 +141,7 @@ def run_trial(
     }
     try:
         if spec.trains:
-            model, record["train"] = _trained_model(params, plan, spec, layout, out, cache, run)
+            model, record["train"] = _trained_model(preset, plan, spec, layout, out, cache, run)
         else:
             model, record["train"] = _checkpoint(plan, layout, run), None
     except Pruned as stop:
@@ -173,7 +173,7 @@ def _checkpoint(plan: TrialPlan, layout: Layout, run: BenchRunConfig) -> LoadedM
 
 
 def _trained_model(
-    params: Params,
+    preset: Preset,
     plan: TrialPlan,
     spec: TrialSpec,
     layout: Layout,
@@ -182,7 +182,7 @@ def _trained_model(
     run: BenchRunConfig,
 ) -> tuple[LoadedModel, dict[str, Any]]:
     """Train the trial's paradigm at the reduced budget (or reuse the cached result)."""
-    recipe = params.section(f"train.{layout.task}", TaskTrainConfig)
+    recipe: TaskTrainConfig = preset.section(f"train.{layout.task}")
     steps = spec.budget.train_steps
     # Trials share the cores (ablation workers): each trains on bench.run's threads.
     config = dataclasses.replace(
@@ -194,13 +194,14 @@ def _trained_model(
     )
     tokenizer = load_tokenizer(layout.tokenizer)
     seq_len = ArraySplit.load(layout.encoded("valid")).seq_len
-    net_config = model_config(params, layout.task, tokenizer.vocab_size, seq_len)
+    model_spec: ModelSpec = preset.section(f"model.{layout.task}")
+    net_config = model_spec.config(tokenizer.vocab_size, seq_len)
     # The train stage's rule: the AR model, else model.<task>.pretrained, else random weights.
     init = initial_source(
         plan.paradigm,
         init_from_ar=recipe.init_from_ar,
         ar_model=layout.model("ar"),
-        pretrained=pretrained_source(params, layout.task),
+        pretrained=model_spec.pretrained,
     )
     key = run_id(plan.paradigm, net_config, plan.config, config, str(init))
     directory = (cache / key) if cache is not None else out / "model"
@@ -211,7 +212,7 @@ def _trained_model(
             expect = {"paradigm": plan.paradigm, "task": layout.task, "tokenizer": layout.tokenizer}
             model = load_model(directory, device=run.device, **expect)
             return model, {"cached": True, "run_id": key, "curve": _curve(out / "train_log.jsonl")}
-        return _train(params, plan, spec, layout, out, directory, config, init, key, run)
+        return _train(preset, plan, spec, layout, out, directory, config, init, key, run)
 
 
 @contextlib.contextmanager
@@ -224,7 +225,7 @@ def _exclusive(path: Path) -> Iterator[None]:
 
 
 def _train(
-    params: Params,
+    preset: Preset,
     plan: TrialPlan,
     spec: TrialSpec,
     layout: Layout,
@@ -239,7 +240,8 @@ def _train(
     tokenizer = load_tokenizer(layout.tokenizer)
     train_split = ArraySplit.load(layout.encoded("train"))
     valid_split = ArraySplit.load(layout.encoded("valid"))
-    net_config = model_config(params, layout.task, tokenizer.vocab_size, train_split.seq_len)
+    model_spec: ModelSpec = preset.section(f"model.{layout.task}")
+    net_config = model_spec.config(tokenizer.vocab_size, train_split.seq_len)
     log_path = out / "train_log.jsonl"
     net = initial_weights(net_config, config.seed, init, layout.task, layout.tokenizer)
     paradigm = make_paradigm(plan.paradigm, plan.config, mask_id=tokenizer.mask_id)

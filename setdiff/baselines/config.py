@@ -1,0 +1,35 @@
+"""``baseline``: which engines serve the AR baseline and how (`BaselineConfig`, `VLLMConfig`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from setdiff.config import check, frozen
+
+Engine = Literal["transformers", "vllm"]
+
+
+@frozen
+class VLLMConfig:
+    base_url: str | None = None
+    """An already running OpenAI-compatible server (loopback); None = start one here."""
+    on_unavailable: Literal["fail", "skip"] = "fail"
+    """When vLLM cannot run: fail the stage, or record it as skipped with the reason."""
+    startup_timeout_s: float = 300.0
+    concurrency: tuple[int, ...] = (1, 4)
+    """Concurrent requests for the throughput regime."""
+    timeout_s: float = 60.0
+    retries: int = 2
+
+
+@frozen
+class BaselineConfig:
+    engines: tuple[Engine, ...] = ("transformers", "vllm")
+    n_examples: int = 100
+    warmup: int = 3
+    device: str = "cpu"
+    threads: int = 1
+    vllm: VLLMConfig = VLLMConfig()
+
+    def __post_init__(self) -> None:
+        check(self.n_examples >= 1 and self.warmup >= 0, "n_examples >= 1 and warmup >= 0")
