@@ -1,19 +1,22 @@
-"""The active preset as one tree of typed sections: `load_preset(path) -> Preset`, and `validate`.
+"""The active preset as one tree of typed sections: `load_preset(path) -> Preset`.
 
-A `Preset` is the only reader of the raw params mapping (`setdiff.params.Params`): stages call
-`load_preset` once and hand its sections to the code that runs. A stage asks for a section by the
-key dvc.yaml lists under the stage's params, ``preset.section(f"train.{task}")`` (so the stage's
-source names exactly the keys DVC tracks for it; tests/test_params.py checks the two agree); the
-typed accessors behind it (`Preset.study`, `Preset.train`, `Preset.model`, `Preset.paradigm`,
-`Preset.decode`, `Preset.bench_run`, ...) serve library code. Every error names the params file
-and the dotted key.
+A `Preset` is the only reader of the raw params mapping (`setdiff.params.Params`) for the stages:
+a stage calls `load_preset` once and hands its sections to the code that runs. It asks for a
+section by the key dvc.yaml lists under the stage's params and, for a stage's own section, the
+config record that types it: ``preset.section(f"train.{task}", TaskTrainConfig)`` (so the
+stage's source names exactly the keys DVC tracks for it; tests/test_params.py checks the two
+agree). The sections every stage shares are typed here: ``study``, ``data.seed``,
+``data.<task>``, ``model.<task>`` (a `ModelSpec`), ``paradigm.<name>``, ``decode.<name>``,
+``bench.tasks`` and ``bench.sweep``. Every error names the params file and the dotted key.
 
-Why sections are typed on first use (and then kept) rather than all inside `load_preset`: a stage
-reads only its own sections, and the presets a stage is run on in tests (and DVC's per-stage
-params) hold only those. `validate` builds every section of a full preset; the ``preset`` stage
-runs it before any compute. ``model.<task>`` needs the vocabulary and context of the tokenized
-data, so it is a `ModelSpec` (the architecture or the pretrained source, read once) whose
-`ModelSpec.config` finishes it.
+Why a stage passes its own config class: this module then imports none of the stages' configs,
+so a stage's DVC deps (the modules it imports) stay its own, and editing, say, the textgen
+config does not re-run training. Why sections are typed on first use (and then kept), not all
+inside `load_preset`: a stage reads only its own sections, and the presets a stage is run on in
+tests (and DVC's per-stage params) hold only those. `setdiff.validate` builds every section of a
+full preset; the ``preset`` stage runs it before any compute. ``model.<task>`` needs the
+vocabulary and context of the tokenized data, so it is a `ModelSpec` (the architecture or the
+pretrained source, read once) whose `ModelSpec.config` finishes it.
 """
 
 from __future__ import annotations
@@ -24,58 +27,24 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from setdiff.artifacts import run_id
-from setdiff.baselines.config import BaselineConfig
-from setdiff.bench.config import BenchRunConfig, configurations, throughput_configurations
 from setdiff.config import ConfigError, build
-from setdiff.evaluate import ANSWER_TASKS, EvalConfig
-from setdiff.lmeval.config import LmevalConfig
-from setdiff.measure import Configuration
 from setdiff.model import ModelConfig
-from setdiff.paradigm import PARADIGMS, make_paradigm
+from setdiff.paradigm import PARADIGMS
 from setdiff.params import DEFAULT_PARAMS, Params, load_params
-from setdiff.recipe import TaskTrainConfig
-from setdiff.search import validate_ablation
-from setdiff.study import BackboneStudyConfig, StudyConfig
-from setdiff.tasks import TASKS, DataConfig
-from setdiff.textgen import TextGenConfig
-from setdiff.tokenizer import TokenizerConfig
+from setdiff.study import StudyConfig
+from setdiff.tasks import TASKS
 
 T = TypeVar("T")
 
-TOP_LEVEL = (
-    "preset",
-    "study",
-    "data",
-    "tokenizer",
-    "model",
-    "paradigm",
-    "train",
-    "evaluate",
-    "decode",
-    "bench",
-    "textgen",
-    "baseline",
-    "ablation",
-    "backbone",
-    "lmeval",
-)
-"""Every top-level key a preset may hold (each is read by some stage)."""
-
-
-_PLAIN = {
+_SHARED = {
     "study": "study",
     "data.seed": "data_seed",
-    "evaluate": "evaluate",
-    "bench.run": "bench_run",
     "bench.tasks": "bench_tasks",
-    "baseline": "baseline",
-    "textgen": "textgen",
-    "lmeval": "lmeval",
-    "backbone": "backbone",
+    "bench.sweep": "bench_sweep",
 }
-"""`Preset.section` keys -> the property that builds them."""
-_KEYED = ("data", "tokenizer", "model", "train", "paradigm", "decode")
-"""`Preset.section` heads of per-task and per-paradigm keys (``train.<task>``) -> the method."""
+"""`Preset.section` keys typed here -> the property that builds them."""
+_KEYED = ("data", "model", "paradigm", "decode")
+"""`Preset.section` heads of per-task and per-paradigm keys (``model.<task>``) -> the method."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -164,17 +133,11 @@ class Preset:
         """``data.<task>``: the task generator's own config record."""
         return self._section(f"data.{task}", TASKS[task].config)
 
-    def tokenizer(self, task: str) -> TokenizerConfig:
-        return self._section(f"tokenizer.{task}", TokenizerConfig)
-
     def model(self, task: str) -> ModelSpec:
         key = f"model.{task}"
         if key not in self._built:
             self._built[key] = model_spec(self.params.get_path(key), f"{self.path}: {key}")
         return self._built[key]
-
-    def train(self, task: str) -> TaskTrainConfig:
-        return self._section(f"train.{task}", TaskTrainConfig)
 
     def paradigm(self, name: str) -> Any:
         """``paradigm.<name>``: the paradigm's config record (`PARADIGMS`)."""
@@ -185,47 +148,27 @@ class Preset:
         return dict(self.params.get_path(f"decode.{name}") or {})
 
     @property
-    def evaluate(self) -> EvalConfig:
-        return self._section("evaluate", EvalConfig)
-
-    @property
-    def bench_run(self) -> BenchRunConfig:
-        return self._section("bench.run", BenchRunConfig)
-
-    @property
     def bench_tasks(self) -> list[str]:
         return list(self.params.get_path("bench.tasks"))
 
-    def bench_configurations(self, paradigms: tuple[str, ...]) -> list[Configuration]:
-        """Every configuration of ``bench.sweep`` over ``decode`` for `paradigms`."""
-        sweep = self.params.get_path("bench.sweep")
-        return configurations(sweep, self.decode, paradigms, str(self.path))
-
     @property
-    def baseline(self) -> BaselineConfig:
-        return self._section("baseline", BaselineConfig)
+    def bench_sweep(self) -> Mapping[str, Any]:
+        """``bench.sweep``: the decode options swept per paradigm (raw; `setdiff.bench.config`
+        types it with the ``decode`` defaults)."""
+        return self.params.get_path("bench.sweep")
 
-    @property
-    def textgen(self) -> TextGenConfig:
-        return self._section("textgen", TextGenConfig)
-
-    @property
-    def lmeval(self) -> LmevalConfig:
-        return self._section("lmeval", LmevalConfig)
-
-    @property
-    def backbone(self) -> BackboneStudyConfig:
-        return self._section("backbone", BackboneStudyConfig)
-
-    def section(self, key: str) -> Any:
+    def section(self, key: str, cls: type[T] | None = None) -> Any:
         """The typed section at `key`, named as dvc.yaml lists a stage's params (``train.arith``,
-        ``decode.setdlm``, ``bench.run``, ``data.seed``): what the accessor of that key returns."""
+        ``decode.setdlm``, ``bench.run``, ``data.seed``): built with `cls` when given (a stage's
+        own section), else by this module's accessor of that key (the shared sections)."""
+        if cls is not None:
+            return self._section(key, cls)
         head, _, rest = key.partition(".")
-        if key in _PLAIN:
-            return getattr(self, _PLAIN[key])
+        if key in _SHARED:
+            return getattr(self, _SHARED[key])
         if head in _KEYED and rest:
             return getattr(self, head)(rest)
-        raise ConfigError(f"{self.path}: {key}: not a preset section")
+        raise ConfigError(f"{self.path}: {key}: give the config class that types this section")
 
     def digest(self, *keys: str) -> str:
         """`run_id` of the raw sections at `keys` (the params hash recorded in fingerprints)."""
@@ -240,85 +183,3 @@ def model_config(params: Params, task: str, vocab_size: int, seq_len: int) -> Mo
 def load_preset(path: str | Path = DEFAULT_PARAMS) -> Preset:
     """Parse a params file (the active preset by default) into a `Preset`."""
     return Preset(load_params(path))
-
-
-def validate(params: Params | Preset) -> StudyConfig:
-    """Build every section of a preset; raise `ConfigError` naming the first bad key."""
-    preset = params if isinstance(params, Preset) else Preset(params)
-    path = preset.path
-    unknown = sorted(set(preset.params) - set(TOP_LEVEL))
-    if unknown:
-        raise ConfigError(f"{path}: unknown top-level key(s) {unknown}; known {TOP_LEVEL}")
-    study = preset.study
-    preset.params.section("data", DataConfig)
-    preset.evaluate  # noqa: B018 (built for its errors)
-    for task in study.tasks:
-        if preset.params.get_path("data").get(task) is None:
-            raise ConfigError(f"{path}: data.{task} is missing (study.tasks lists {task})")
-        preset.tokenizer(task)
-        model = preset.model(task)
-        if model.pretrained is None:  # a checkpoint is only read by its stages
-            model.config(vocab_size=8, seq_len=8)
-        preset.train(task)
-    for name in study.paradigms:
-        _check_decode(preset, name, preset.decode(name), f"decode.{name}")
-    answer_only = [
-        t for t in (*study.floor, *study.ablate, *study.backbone) if t not in ANSWER_TASKS
-    ]
-    if answer_only:
-        raise ConfigError(
-            f"{path}: study.floor/ablate/backbone: {answer_only} have no checkable "
-            f"answers ({sorted(ANSWER_TASKS)})"
-        )
-    if "backbone" in preset or study.backbone:
-        preset.backbone  # noqa: B018
-    if study.ablate and "ablation" not in preset:
-        raise ConfigError(f"{path}: study.ablate lists {list(study.ablate)}: add ablation")
-    _validate_bench(preset, study)
-    preset.baseline  # noqa: B018
-    if study.textgen:
-        preset.textgen  # noqa: B018
-    _validate_lmeval(preset, study)
-    if "ablation" in preset:
-        validate_ablation(preset.params, study)
-    extra = sorted(set(preset.params.get_path("paradigm")) - set(PARADIGMS))
-    if extra:
-        raise ConfigError(f"{path}: paradigm: unknown paradigm(s) {extra}")
-    return study
-
-
-def _check_decode(preset: Preset, name: str, options: Mapping[str, Any], where: str) -> None:
-    paradigm = make_paradigm(name, preset.paradigm(name), mask_id=0)
-    try:
-        paradigm.decode_policy(dict(options))
-    except ValueError as err:
-        raise ConfigError(f"{preset.path}: {where}: {err}") from None
-
-
-def _validate_lmeval(preset: Preset, study: StudyConfig) -> None:
-    """``lmeval`` (required by dvc.yaml's ``foreach: ${lmeval.tasks}``; ``tasks: []`` = off)."""
-    lmeval = preset.lmeval
-    bad = [t for t in lmeval.tasks if t not in study.tasks or t not in ANSWER_TASKS]
-    if bad:
-        raise ConfigError(
-            f"{preset.path}: lmeval.tasks: {bad} must be study tasks with answers "
-            f"({sorted(ANSWER_TASKS)})"
-        )
-    outside = [p for p in lmeval.paradigms if p not in study.paradigms]
-    if outside:
-        raise ConfigError(f"{preset.path}: lmeval.paradigms: {outside} not in study.paradigms")
-
-
-def _validate_bench(preset: Preset, study: StudyConfig) -> None:
-    run = preset.bench_run
-    configs = preset.bench_configurations(study.paradigms)
-    throughput_configurations(configs, run.throughput.configs, str(preset.path))
-    for task in preset.bench_tasks:
-        if task not in study.tasks or task not in ANSWER_TASKS:
-            raise ConfigError(
-                f"{preset.path}: bench.tasks: {task!r} must be a study task with "
-                f"answers ({sorted(ANSWER_TASKS)})"
-            )
-    for config in configs:
-        where = f"bench.sweep.{config.paradigm} ({config.label})"
-        _check_decode(preset, config.paradigm, config.options, where)

@@ -1,5 +1,6 @@
-"""``train.<task>``: the training recipe of one task, one `TrainConfig` for AR and one for the
-diffusion paradigms (with per-paradigm overrides), and the accuracy curve logged while training."""
+"""Training recipes: ``train.<task>`` (one `TrainConfig` for AR and one for the diffusion
+paradigms, with per-paradigm overrides, and the accuracy curve logged while training) and the
+backbone study's ``backbone`` (its variants and the budget each one gets)."""
 
 from __future__ import annotations
 
@@ -58,3 +59,22 @@ class TaskTrainConfig:
         if not overrides:
             return self.diffusion
         return build(TrainConfig, {**to_dict(self.diffusion), **overrides}, f"paradigms.{name}")
+
+
+@frozen
+class BackboneStudyConfig:
+    """``backbone``: the variants compared and the budget each one gets."""
+
+    variants: Mapping[str, Mapping[str, Any]]
+    """Name -> overrides of ``model.<task>`` (any `ModelConfig` field), ``ar_context_loss`` and
+    ``diffusion`` (overrides of the fine-tune's `TrainConfig`)."""
+    ar: TrainConfig
+    diffusion: TrainConfig
+    set_sizes: tuple[int, ...] = (2, 4)
+    n_examples: int = 300
+    """Test prompts decoded per model."""
+
+    def __post_init__(self) -> None:
+        check(len(self.variants) > 0, "variants must not be empty")
+        check(len(self.set_sizes) > 0 and min(self.set_sizes) >= 1, "set_sizes must be >= 1")
+        check(self.n_examples >= 1, "n_examples must be >= 1")

@@ -1,15 +1,10 @@
-"""What a preset studies: the cells the pipeline runs (``study``) and the backbone study
-(``backbone``), its variants and the training budget each variant gets."""
+"""What a preset studies: the cells the pipeline runs (``study``)."""
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import Any
 
 from setdiff.config import check, frozen
 from setdiff.paradigm import PARADIGMS
 from setdiff.tasks import TASK_LAYOUTS, check_task
-from setdiff.train import TrainConfig
 
 
 @frozen
@@ -20,7 +15,11 @@ class StudyConfig:
     paradigms: tuple[str, ...] = ("ar", "mdlm", "bd3lm", "aogpt", "setdlm")
     """Every trained paradigm; `ar` is required (it is the baseline and the initialisation)."""
     diffusion: tuple[str, ...] = ("mdlm", "bd3lm", "aogpt", "setdlm")
-    """The paradigms other than `ar`, trained after it (dvc.yaml cannot compute this list)."""
+    """The paradigms other than `ar`, trained after it from its weights. A derived value kept in
+    params on purpose: dvc.yaml's ``train`` matrix iterates it, and DVC's templating cannot filter
+    a list (``paradigms`` minus ``ar``); the alternative, one copy of each per-paradigm stage for
+    ``ar`` and one for the rest, would duplicate their dependency lists. `__post_init__` refuses
+    any value other than the derived one, so the two lists cannot drift apart."""
     floor: tuple[str, ...] = ()
     """Answer tasks whose quality floors (AR accuracy, setdlm gap) are checked: ``floor@<task>``."""
     ablate: tuple[str, ...] = ()
@@ -51,22 +50,3 @@ class StudyConfig:
         )
         streams = [t for t in self.textgen if TASK_LAYOUTS[t] != "stream"]
         check(not streams, f"textgen: {streams} are not text (stream) tasks")
-
-
-@frozen
-class BackboneStudyConfig:
-    """``backbone``: the variants compared and the budget each one gets."""
-
-    variants: Mapping[str, Mapping[str, Any]]
-    """Name -> overrides of ``model.<task>`` (any `ModelConfig` field), ``ar_context_loss`` and
-    ``diffusion`` (overrides of the fine-tune's `TrainConfig`)."""
-    ar: TrainConfig
-    diffusion: TrainConfig
-    set_sizes: tuple[int, ...] = (2, 4)
-    n_examples: int = 300
-    """Test prompts decoded per model."""
-
-    def __post_init__(self) -> None:
-        check(len(self.variants) > 0, "variants must not be empty")
-        check(len(self.set_sizes) > 0 and min(self.set_sizes) >= 1, "set_sizes must be >= 1")
-        check(self.n_examples >= 1, "n_examples must be >= 1")

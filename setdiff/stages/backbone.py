@@ -44,8 +44,8 @@ from setdiff.evaluate import ANSWER_TASKS, answer_rows
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import ARConfig, SetDLMConfig, make_paradigm
 from setdiff.preset import load_preset
+from setdiff.recipe import BackboneStudyConfig
 from setdiff.stages.common import Layout, parse_args, setup_logging
-from setdiff.study import BackboneStudyConfig
 from setdiff.tasks import read_records
 from setdiff.tokenizer import Tokenizer, load_tokenizer
 from setdiff.train import TrainConfig, train
@@ -58,7 +58,7 @@ def main(argv: list[str]) -> None:
     args = parse_args(argv, "Backbone study: AR and setdlm accuracy per variant.", paradigm=False)
     setup_logging()
     preset = load_preset(args.params)
-    study = preset.section("backbone")
+    study = preset.section("backbone", BackboneStudyConfig)
     if args.task not in ANSWER_TASKS:
         raise ConfigError(
             f"--task: {args.task!r} has no answers to score; use {sorted(ANSWER_TASKS)}"

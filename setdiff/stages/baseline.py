@@ -45,7 +45,7 @@ def main(argv: list[str]) -> None:
     args = parse_args(argv, "AR baselines served by other engines.", paradigm=False)
     setup_logging()
     preset = load_preset(args.params)
-    config = preset.section("baseline")
+    config = preset.section("baseline", BaselineConfig)
     if args.task not in ANSWER_TASKS:
         raise ConfigError(f"baseline: task {args.task!r} has no answers")
     layout = Layout(args.root, args.task)

@@ -29,7 +29,12 @@ from typing import Any
 import torch
 
 from setdiff.artifacts import LoadedModel, load_model, write_json, write_text
-from setdiff.bench.config import ThroughputConfig, throughput_configurations
+from setdiff.bench.config import (
+    BenchRunConfig,
+    ThroughputConfig,
+    configurations,
+    throughput_configurations,
+)
 from setdiff.bench.throughput import Method, sweep
 from setdiff.config import ConfigError
 from setdiff.evaluate import ANSWER_TASKS
@@ -70,17 +75,54 @@ def run_throughput(
     )
 
 
+def measure_all(
+    models: Mapping[str, LoadedModel],
+    configs: list[Configuration],
+    warm: list[dict[str, Any]],
+    test: list[dict[str, Any]],
+    *,
+    task: str,
+    seed: int,
+) -> tuple[list[Row], list[dict[str, Any]]]:
+    """Every configuration on every prompt, interleaved per prompt (the warm-up prompts run
+    first and are not recorded); the rows and decode traces of the measured prompts."""
+    seq_len = models["ar"].net.config.max_seq_len
+    tok = models["ar"].tokenizer
+    rows: list[Row] = []
+    traces: list[dict[str, Any]] = []
+    for phase, records in (("warmup", warm), ("measure", test)):
+        for i, record in enumerate(progress_bar(records, desc=f"bench {task} ({phase})")):
+            prompt = [tok.bos_id] + tok.encode(record["prompt"])
+            for config in configs:
+                row = measure(
+                    models[config.paradigm],
+                    config,
+                    prompt,
+                    task=task,
+                    record=record,
+                    index=i,
+                    seq_len=seq_len,
+                    seed=seed,
+                    traces=traces if phase == "measure" else None,
+                )
+                if phase == "measure":
+                    rows.append(row)
+    return rows, traces
+
+
 def main(argv: list[str]) -> None:
     args = parse_args(argv, "Speed-quality sweep of every paradigm on one task.", paradigm=False)
     setup_logging()
     preset = load_preset(args.params)
-    run = preset.section("bench.run")
+    run = preset.section("bench.run", BenchRunConfig)
     study = preset.section("study")
     if args.task not in ANSWER_TASKS:
         raise ConfigError(
             f"bench: task {args.task!r} has no answers; use one of {list(ANSWER_TASKS)}"
         )
-    configs = preset.bench_configurations(study.paradigms)
+    configs = configurations(
+        preset.section("bench.sweep"), preset.decode, study.paradigms, str(preset.path)
+    )
     batched = throughput_configurations(configs, run.throughput.configs, str(preset.path))
     layout = Layout(args.root, args.task)
     setup_torch(threads=run.threads or None)
@@ -97,29 +139,10 @@ def main(argv: list[str]) -> None:
     for config in configs:  # validate every option set before any compute
         models[config.paradigm].paradigm.decode_policy(dict(config.options))
     seq_len = models["ar"].net.config.max_seq_len
-    tok = models["ar"].tokenizer
     all_test = read_records(layout.raw / "test.jsonl", args.task)
     test = all_test[: run.n_examples]
     warm = read_records(layout.raw / "valid.jsonl", args.task)[: run.warmup]
-    rows: list[Row] = []
-    traces: list[dict[str, Any]] = []
-    for phase, records in (("warmup", warm), ("measure", test)):
-        for i, record in enumerate(progress_bar(records, desc=f"bench {args.task} ({phase})")):
-            prompt = [tok.bos_id] + tok.encode(record["prompt"])
-            for config in configs:
-                row = measure(
-                    models[config.paradigm],
-                    config,
-                    prompt,
-                    task=args.task,
-                    record=record,
-                    index=i,
-                    seq_len=seq_len,
-                    seed=run.seed,
-                    traces=traces if phase == "measure" else None,
-                )
-                if phase == "measure":
-                    rows.append(row)
+    rows, traces = measure_all(models, configs, warm, test, task=args.task, seed=run.seed)
     out = layout.root / "results" / "bench" / f"{args.task}.csv"
     write_rows(out, rows)
     write_text(out.with_suffix(".traces.jsonl"), "".join(json.dumps(t) + "\n" for t in traces))

@@ -12,7 +12,7 @@ from typing import Any
 
 from setdiff.artifacts import load_model, write_json, write_text
 from setdiff.batching import ArraySplit
-from setdiff.evaluate import ANSWER_TASKS, answer_rows, likelihood
+from setdiff.evaluate import ANSWER_TASKS, EvalConfig, answer_rows, likelihood
 from setdiff.preset import load_preset
 from setdiff.stages.common import Layout, parse_args, setup_logging
 from setdiff.tasks import read_records
@@ -26,7 +26,7 @@ def main(argv: list[str]) -> None:
     args = parse_args(argv, "Held-out likelihood (and answer accuracy) of one model.")
     setup_logging()
     preset = load_preset(args.params)
-    config = preset.section("evaluate")
+    config = preset.section("evaluate", EvalConfig)
     decode_options: dict[str, Any] = preset.section(f"decode.{args.paradigm}")
     layout = Layout(args.root, args.task, args.paradigm)
     model = load_model(

@@ -45,7 +45,7 @@ def main(argv: list[str]) -> None:
     args = parse_args(argv, "Answer accuracy through lm-evaluation-harness.", paradigm=False)
     setup_logging()
     preset = load_preset(args.params)
-    config = preset.section("lmeval")
+    config = preset.section("lmeval", LmevalConfig)
     if args.task not in ANSWER_TASKS:
         raise ConfigError(f"lmeval: task {args.task!r} has no answers; known {list(ANSWER_TASKS)}")
     layout = Layout(args.root, args.task)

@@ -1,7 +1,7 @@
 """``setdiff preset <name>``: validate params/<name>.yaml completely, then make it params.yaml.
 
 params.yaml is the active preset that every DVC stage reads; switching presets rewrites it, and
-DVC re-runs exactly the stages whose params values changed. Validation (`setdiff.preset.validate`)
+DVC re-runs exactly the stages whose params values changed. Validation (`setdiff.validate.validate`)
 builds every section into its config record first, so a typo fails here, naming the file and key,
 before any compute.
 """
@@ -13,7 +13,8 @@ from pathlib import Path
 
 from setdiff.artifacts import write_text
 from setdiff.config import ConfigError
-from setdiff.preset import load_preset, validate
+from setdiff.preset import load_preset
+from setdiff.validate import validate
 
 __all__ = ["main", "validate"]
 

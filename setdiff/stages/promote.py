@@ -37,7 +37,7 @@ from setdiff.ablation import RETRAIN
 from setdiff.artifacts import write_text
 from setdiff.config import ConfigError
 from setdiff.params import Params
-from setdiff.preset import validate
+from setdiff.validate import validate
 
 DECODE_OPTIONS = {"order": "window", "window": "window", "threshold": "threshold"}
 """Decode knob -> the decode option it sets."""

@@ -52,7 +52,7 @@ def main(argv: list[str]) -> None:
     args = parse_args(argv, "Text quality: verse infilling and unconditional generation.")
     setup_logging()
     preset = load_preset(args.params)
-    config = preset.section("textgen")
+    config = preset.section("textgen", TextGenConfig)
     base: dict[str, Any] = preset.section(f"decode.{args.paradigm}")
     if TASK_LAYOUTS[args.task] != "stream":
         raise ConfigError(f"textgen needs a text task, got {args.task!r}")

@@ -116,7 +116,7 @@ def main(argv: list[str]) -> None:
     )
     setup_logging()
     preset = load_preset(args.params)
-    config = preset.section(f"tokenizer.{args.task}")
+    config = preset.section(f"tokenizer.{args.task}", TokenizerConfig)
     layout = Layout(args.root, args.task)
     splits = read_raw_splits(layout.raw, args.task)
 

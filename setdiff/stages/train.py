@@ -51,7 +51,7 @@ def main(argv: list[str]) -> None:
     setup_logging()
     preset = load_preset(args.params)
     layout = Layout(args.root, args.task, args.paradigm)
-    recipe: TaskTrainConfig = preset.section(f"train.{args.task}")
+    recipe: TaskTrainConfig = preset.section(f"train.{args.task}", TaskTrainConfig)
     config = _with_local_device(recipe.for_paradigm(args.paradigm))
     tokenizer = load_tokenizer(layout.tokenizer)
     train_split = ArraySplit.load(layout.encoded("train"))

@@ -117,9 +117,9 @@ def main(argv: list[str]) -> None:
 
 def _space(preset: Preset, task: str) -> dict[str, Any]:
     space = resolve_space(preset.params, task)
-    preset.section("bench.run")  # noqa: B018 (built for its errors)
+    preset.section("bench.run", BenchRunConfig)  # noqa: B018 (built for its errors)
     if space["trains"]:
-        preset.section(f"train.{task}")
+        preset.section(f"train.{task}", TaskTrainConfig)
     return space
 
 
@@ -128,7 +128,7 @@ def run_trial(
 ) -> dict[str, Any]:
     """Train (or load), decode, and write ``out/result.json``; returns the result record."""
     started = time.perf_counter()
-    run = preset.section("bench.run")
+    run = preset.section("bench.run", BenchRunConfig)
     plan = resolve_trial(preset.params, spec.knobs)
     setup_torch(threads=run.threads or None)
     out.mkdir(parents=True, exist_ok=True)
@@ -182,7 +182,7 @@ def _trained_model(
     run: BenchRunConfig,
 ) -> tuple[LoadedModel, dict[str, Any]]:
     """Train the trial's paradigm at the reduced budget (or reuse the cached result)."""
-    recipe: TaskTrainConfig = preset.section(f"train.{layout.task}")
+    recipe: TaskTrainConfig = preset.section(f"train.{layout.task}", TaskTrainConfig)
     steps = spec.budget.train_steps
     # Trials share the cores (ablation workers): each trains on bench.run's threads.
     config = dataclasses.replace(

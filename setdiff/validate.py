@@ -1,0 +1,125 @@
+"""Preset validation: every section of a full preset built before any compute, and cross-section
+rules (bench and lmeval tasks must be study tasks with answers, decode options must build a
+policy). The ``preset`` and ``promote`` stages run it; it is the one module that imports every
+stage's config record (each stage imports only its own, see `setdiff.preset`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from setdiff.baselines.config import BaselineConfig
+from setdiff.bench.config import BenchRunConfig, configurations, throughput_configurations
+from setdiff.config import ConfigError
+from setdiff.evaluate import EvalConfig
+from setdiff.lmeval.config import LmevalConfig
+from setdiff.paradigm import PARADIGMS, make_paradigm
+from setdiff.params import Params
+from setdiff.preset import Preset
+from setdiff.recipe import BackboneStudyConfig, TaskTrainConfig
+from setdiff.search import validate_ablation
+from setdiff.study import StudyConfig
+from setdiff.tasks import ANSWER_TASKS, DataConfig
+from setdiff.textgen import TextGenConfig
+from setdiff.tokenizer import TokenizerConfig
+
+TOP_LEVEL = (
+    "preset",
+    "study",
+    "data",
+    "tokenizer",
+    "model",
+    "paradigm",
+    "train",
+    "evaluate",
+    "decode",
+    "bench",
+    "textgen",
+    "baseline",
+    "ablation",
+    "backbone",
+    "lmeval",
+)
+"""Every top-level key a preset may hold (each is read by some stage)."""
+
+
+def validate(params: Params | Preset) -> StudyConfig:
+    """Build every section of a preset; raise `ConfigError` naming the first bad key."""
+    preset = params if isinstance(params, Preset) else Preset(params)
+    path = preset.path
+    unknown = sorted(set(preset.params) - set(TOP_LEVEL))
+    if unknown:
+        raise ConfigError(f"{path}: unknown top-level key(s) {unknown}; known {TOP_LEVEL}")
+    study = preset.study
+    preset.params.section("data", DataConfig)
+    preset.section("evaluate", EvalConfig)
+    for task in study.tasks:
+        if preset.params.get_path("data").get(task) is None:
+            raise ConfigError(f"{path}: data.{task} is missing (study.tasks lists {task})")
+        preset.section(f"tokenizer.{task}", TokenizerConfig)
+        model = preset.model(task)
+        if model.pretrained is None:  # a checkpoint is only read by its stages
+            model.config(vocab_size=8, seq_len=8)
+        preset.section(f"train.{task}", TaskTrainConfig)
+    for name in study.paradigms:
+        _check_decode(preset, name, preset.decode(name), f"decode.{name}")
+    answer_only = [
+        t for t in (*study.floor, *study.ablate, *study.backbone) if t not in ANSWER_TASKS
+    ]
+    if answer_only:
+        raise ConfigError(
+            f"{path}: study.floor/ablate/backbone: {answer_only} have no checkable "
+            f"answers ({sorted(ANSWER_TASKS)})"
+        )
+    if "backbone" in preset or study.backbone:
+        preset.section("backbone", BackboneStudyConfig)
+    if study.ablate and "ablation" not in preset:
+        raise ConfigError(f"{path}: study.ablate lists {list(study.ablate)}: add ablation")
+    _validate_bench(preset, study)
+    preset.section("baseline", BaselineConfig)
+    if study.textgen:
+        preset.section("textgen", TextGenConfig)
+    _validate_lmeval(preset, study)
+    if "ablation" in preset:
+        validate_ablation(preset.params, study)
+    extra = sorted(set(preset.params.get_path("paradigm")) - set(PARADIGMS))
+    if extra:
+        raise ConfigError(f"{path}: paradigm: unknown paradigm(s) {extra}")
+    return study
+
+
+def _check_decode(preset: Preset, name: str, options: Mapping[str, Any], where: str) -> None:
+    paradigm = make_paradigm(name, preset.paradigm(name), mask_id=0)
+    try:
+        paradigm.decode_policy(dict(options))
+    except ValueError as err:
+        raise ConfigError(f"{preset.path}: {where}: {err}") from None
+
+
+def _validate_lmeval(preset: Preset, study: StudyConfig) -> None:
+    """``lmeval`` (required by dvc.yaml's ``foreach: ${lmeval.tasks}``; ``tasks: []`` = off)."""
+    lmeval = preset.section("lmeval", LmevalConfig)
+    bad = [t for t in lmeval.tasks if t not in study.tasks or t not in ANSWER_TASKS]
+    if bad:
+        raise ConfigError(
+            f"{preset.path}: lmeval.tasks: {bad} must be study tasks with answers "
+            f"({sorted(ANSWER_TASKS)})"
+        )
+    outside = [p for p in lmeval.paradigms if p not in study.paradigms]
+    if outside:
+        raise ConfigError(f"{preset.path}: lmeval.paradigms: {outside} not in study.paradigms")
+
+
+def _validate_bench(preset: Preset, study: StudyConfig) -> None:
+    run = preset.section("bench.run", BenchRunConfig)
+    configs = configurations(preset.bench_sweep, preset.decode, study.paradigms, str(preset.path))
+    throughput_configurations(configs, run.throughput.configs, str(preset.path))
+    for task in preset.bench_tasks:
+        if task not in study.tasks or task not in ANSWER_TASKS:
+            raise ConfigError(
+                f"{preset.path}: bench.tasks: {task!r} must be a study task with "
+                f"answers ({sorted(ANSWER_TASKS)})"
+            )
+    for config in configs:
+        where = f"bench.sweep.{config.paradigm} ({config.label})"
+        _check_decode(preset, config.paradigm, config.options, where)
