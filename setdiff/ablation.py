@@ -265,8 +265,9 @@ def resolve_trial(params: Params, knobs: Mapping[str, Any]) -> TrialPlan:
         raise ConfigError(f"{where}: unknown knob(s) {unknown}, not for {name}: {stray}")
     base = params.section(f"paradigm.{name}", PARADIGMS[name][0])
     train = {k: knobs[k] for k in RETRAIN if k in knobs}
-    if name == "bd3lm" and "set_size" in train:
-        train = {"block_size": train.pop("set_size")}
+    field = PARADIGMS[name][1].set_size_field  # D is `set_size` for setdlm, `block_size` for bd3lm
+    if "set_size" in train and field != "set_size":
+        train = {**{k: v for k, v in train.items() if k != "set_size"}, field: train["set_size"]}
     if "max_set_size" in train:
         train["max_set_size"] = resolve_multiple(
             train["max_set_size"], train.get("set_size", base.set_size)

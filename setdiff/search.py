@@ -35,9 +35,9 @@ from setdiff.ablation import (
 )
 from setdiff.artifacts import run_id
 from setdiff.config import ConfigError, frozen, to_dict
-from setdiff.evaluate import ANSWER_TASKS
-from setdiff.paradigm import make_paradigm
+from setdiff.paradigm import PARADIGMS, SetDLMConfig, make_paradigm
 from setdiff.params import Params
+from setdiff.tasks import ANSWER_TASKS
 
 if TYPE_CHECKING:
     from setdiff.study import StudyConfig
@@ -205,9 +205,10 @@ def _default_point(params: Params, config: AblationConfig, context: dict) -> dic
     policy = make_paradigm(plan.paradigm, plan.config, mask_id=0).decode_policy(plan.options)
     cfg, name = plan.config, plan.paradigm
     preset: dict[str, Any] = {"paradigm": name, "order": context["order"]}
-    if name in ("setdlm", "bd3lm"):
-        preset["set_size"] = cfg.set_size if name == "setdlm" else cfg.block_size
-    if name == "setdlm":
+    field = PARADIGMS[name][1].set_size_field
+    if field is not None:
+        preset["set_size"] = getattr(cfg, field)
+    if isinstance(cfg, SetDLMConfig):
         preset |= {"max_set_size": cfg.max_set_size, "exponent": cfg.exponent}
         preset["window"] = policy.window
     if name in KNOBS["threshold"].paradigms:

@@ -40,13 +40,13 @@ from safetensors.torch import load_file, save_file
 from setdiff.artifacts import LoadedModel, write_json
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError, build, to_dict
-from setdiff.evaluate import ANSWER_TASKS, answer_rows
+from setdiff.evaluate import answer_rows
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import ARConfig, SetDLMConfig, make_paradigm
 from setdiff.preset import load_preset
 from setdiff.recipe import BackboneStudyConfig
 from setdiff.stages.common import Layout, parse_args, setup_logging
-from setdiff.tasks import read_records
+from setdiff.tasks import ANSWER_TASKS, read_records
 from setdiff.tokenizer import Tokenizer, load_tokenizer
 from setdiff.train import TrainConfig, train
 

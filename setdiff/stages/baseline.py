@@ -29,14 +29,14 @@ import torch
 from setdiff.artifacts import LoadedModel, load_model, write_json
 from setdiff.baselines.config import BaselineConfig, VLLMConfig
 from setdiff.config import ConfigError, to_dict
-from setdiff.evaluate import ANSWER_TASKS, score_answer
+from setdiff.evaluate import score_answer
 from setdiff.measure import Row, count_new_tokens, fingerprint, peak_memory_mb, timed, write_rows
 from setdiff.preset import load_preset
 from setdiff.progress import progress_bar
 from setdiff.runtime import setup_torch
 from setdiff.sampling.loop import generate
 from setdiff.stages.common import Layout, parse_args, setup_logging
-from setdiff.tasks import read_records
+from setdiff.tasks import ANSWER_TASKS, read_records
 
 log = logging.getLogger(__name__)
 

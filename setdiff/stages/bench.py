@@ -37,13 +37,12 @@ from setdiff.bench.config import (
 )
 from setdiff.bench.throughput import Method, sweep
 from setdiff.config import ConfigError
-from setdiff.evaluate import ANSWER_TASKS
 from setdiff.measure import Configuration, Row, fingerprint, measure, write_rows
 from setdiff.preset import load_preset
 from setdiff.progress import progress_bar
 from setdiff.runtime import setup_torch
 from setdiff.stages.common import Layout, parse_args, setup_logging
-from setdiff.tasks import read_records
+from setdiff.tasks import ANSWER_TASKS, read_records
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from setdiff.config import ConfigError
 from setdiff.paradigm import PARADIGMS
-from setdiff.tasks import check_task
+from setdiff.tasks import TASKS, check_task
 
 
 def parse_args(argv: list[str], description: str, *, paradigm: bool = True) -> argparse.Namespace:
@@ -23,7 +23,7 @@ def parse_args(argv: list[str], description: str, *, paradigm: bool = True) -> a
     parser.add_argument(
         "--params", default="params.yaml", help="params file (default: params.yaml)"
     )
-    parser.add_argument("--task", required=True, help="task name: arith | gsm | text")
+    parser.add_argument("--task", required=True, help=f"task name: {' | '.join(TASKS)}")
     if paradigm:
         parser.add_argument("--paradigm", required=True, help=f"one of {', '.join(PARADIGMS)}")
     parser.add_argument("--root", default=".", help="directory holding data/, models/, metrics/")

@@ -12,10 +12,10 @@ from typing import Any
 
 from setdiff.artifacts import load_model, write_json, write_text
 from setdiff.batching import ArraySplit
-from setdiff.evaluate import ANSWER_TASKS, EvalConfig, answer_rows, likelihood
+from setdiff.evaluate import EvalConfig, answer_rows, likelihood
 from setdiff.preset import load_preset
 from setdiff.stages.common import Layout, parse_args, setup_logging
-from setdiff.tasks import read_records
+from setdiff.tasks import ANSWER_TASKS, read_records
 
 log = logging.getLogger(__name__)
 

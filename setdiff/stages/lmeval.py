@@ -27,11 +27,11 @@ from typing import Any
 
 from setdiff.artifacts import write_json
 from setdiff.config import ConfigError, check
-from setdiff.evaluate import ANSWER_TASKS, answer_rows
+from setdiff.evaluate import answer_rows
 from setdiff.lmeval.config import LmevalConfig
 from setdiff.preset import load_preset
 from setdiff.stages.common import Layout, parse_args, setup_logging
-from setdiff.tasks import read_records
+from setdiff.tasks import ANSWER_TASKS, read_records
 
 log = logging.getLogger(__name__)
 

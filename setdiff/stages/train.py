@@ -28,7 +28,7 @@ from setdiff.artifacts import LoadedModel, run_id, save_model_dir, write_json
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError
 from setdiff.distributed import rank_and_world
-from setdiff.evaluate import ANSWER_TASKS, answer_rows
+from setdiff.evaluate import answer_rows
 from setdiff.initial import initial_source, initial_weights
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import Paradigm, make_paradigm
@@ -36,7 +36,7 @@ from setdiff.preset import ModelSpec, load_preset
 from setdiff.preset import model_config as model_config  # the former helper (tests call it)
 from setdiff.recipe import CurveConfig, TaskTrainConfig
 from setdiff.stages.common import Layout, parse_args, setup_logging
-from setdiff.tasks import read_records
+from setdiff.tasks import ANSWER_TASKS, read_records
 from setdiff.tokenizer import Tokenizer, load_tokenizer
 from setdiff.train import TrainConfig, train
 
