@@ -30,6 +30,7 @@ STAGES: dict[str, str] = {
     "textgen": "Text quality: verse infilling and unconditional generation of one model.",
     "lmeval": "Answer accuracy through lm-evaluation-harness beside our scorer; metrics/lmeval/.",
     "backbone": "Backbone study: AR and setdlm accuracy per backbone variant; metrics/.",
+    "seeds": "Seed variance: diffusion accuracy per training seed, mean and sd; metrics/.",
     "summary": "Headline numbers of a run (--write: record metrics/summary.json); ends make run.",
 }
 

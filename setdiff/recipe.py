@@ -1,6 +1,7 @@
 """Training recipes: ``train.<task>`` (one `TrainConfig` for AR and one for the diffusion
-paradigms, with per-paradigm overrides, and the accuracy curve logged while training) and the
-backbone study's ``backbone`` (its variants and the budget each one gets)."""
+paradigms, with per-paradigm overrides, and the accuracy curve logged while training), the
+backbone study's ``backbone`` (its variants and the budget each one gets) and the seed study's
+``seeds`` (which paradigms are retrained with which seeds)."""
 
 from __future__ import annotations
 
@@ -78,3 +79,29 @@ class BackboneStudyConfig:
         check(len(self.variants) > 0, "variants must not be empty")
         check(len(self.set_sizes) > 0 and min(self.set_sizes) >= 1, "set_sizes must be >= 1")
         check(self.n_examples >= 1, "n_examples must be >= 1")
+
+
+@frozen
+class SeedStudyConfig:
+    """``seeds``: the paradigms fine-tuned again from the task's AR model, once per training
+    seed, with the ``train.<task>`` recipe otherwise unchanged (the seed-variance study)."""
+
+    paradigms: tuple[str, ...] = ("setdlm", "bd3lm")
+    """Diffusion paradigms retrained (each needs ``paradigm.<p>`` and ``decode.<p>``)."""
+    seeds: tuple[int, ...] = (1, 2)
+    """Training seeds (`TrainConfig.seed`); the recipe's own seed is the main run's model."""
+    steps: int | None = None
+    """Fine-tuning steps; None = the paradigm's own ``train.<task>`` recipe steps."""
+    n_examples: int = 500
+    """Test prompts decoded greedily per model (the first ones)."""
+
+    def __post_init__(self) -> None:
+        diffusion = [p for p in PARADIGMS if p != "ar"]
+        bad = [p for p in self.paradigms if p not in diffusion]
+        check(not bad, f"paradigms: {bad} are not diffusion paradigms; use {diffusion}")
+        check(len(self.paradigms) > 0, "paradigms must not be empty")
+        check(len(set(self.paradigms)) == len(self.paradigms), "paradigms: duplicates")
+        check(len(self.seeds) > 0, "seeds must not be empty")
+        check(len(set(self.seeds)) == len(self.seeds), f"seeds: duplicates in {list(self.seeds)}")
+        check(self.steps is None or self.steps >= 1, f"steps must be >= 1, got {self.steps}")
+        check(self.n_examples >= 1, f"n_examples must be >= 1, got {self.n_examples}")

@@ -16,7 +16,7 @@ from setdiff.lmeval.config import LmevalConfig
 from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.params import Params
 from setdiff.preset import Preset
-from setdiff.recipe import BackboneStudyConfig, TaskTrainConfig
+from setdiff.recipe import BackboneStudyConfig, SeedStudyConfig, TaskTrainConfig
 from setdiff.search import validate_ablation
 from setdiff.study import StudyConfig
 from setdiff.tasks import ANSWER_TASKS, DataConfig
@@ -38,6 +38,7 @@ TOP_LEVEL = (
     "baseline",
     "ablation",
     "backbone",
+    "seeds",
     "lmeval",
 )
 """Every top-level key a preset may hold (each is read by some stage)."""
@@ -64,15 +65,19 @@ def validate(params: Params | Preset) -> StudyConfig:
     for name in study.paradigms:
         _check_decode(preset, name, preset.decode(name), f"decode.{name}")
     answer_only = [
-        t for t in (*study.floor, *study.ablate, *study.backbone) if t not in ANSWER_TASKS
+        t
+        for t in (*study.floor, *study.ablate, *study.backbone, *study.seeds)
+        if t not in ANSWER_TASKS
     ]
     if answer_only:
         raise ConfigError(
-            f"{path}: study.floor/ablate/backbone: {answer_only} have no checkable "
+            f"{path}: study.floor/ablate/backbone/seeds: {answer_only} have no checkable "
             f"answers ({sorted(ANSWER_TASKS)})"
         )
     if "backbone" in preset or study.backbone:
         preset.section("backbone", BackboneStudyConfig)
+    if "seeds" in preset or study.seeds:
+        _validate_seeds(preset, study)
     if study.ablate and "ablation" not in preset:
         raise ConfigError(f"{path}: study.ablate lists {list(study.ablate)}: add ablation")
     _validate_bench(preset, study)
@@ -94,6 +99,14 @@ def _check_decode(preset: Preset, name: str, options: Mapping[str, Any], where: 
         paradigm.decode_policy(dict(options))
     except ValueError as err:
         raise ConfigError(f"{preset.path}: {where}: {err}") from None
+
+
+def _validate_seeds(preset: Preset, study: StudyConfig) -> None:
+    """``seeds`` (required when ``study.seeds`` lists a task): its paradigms are trained ones."""
+    seeds = preset.section("seeds", SeedStudyConfig)
+    outside = [p for p in seeds.paradigms if p not in study.paradigms]
+    if outside:
+        raise ConfigError(f"{preset.path}: seeds.paradigms: {outside} not in study.paradigms")
 
 
 def _validate_lmeval(preset: Preset, study: StudyConfig) -> None:

@@ -1,0 +1,117 @@
+"""The seed-variance stage on tiny data: one cell per (paradigm, seed), finished cells kept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from safetensors.torch import load_file
+
+from setdiff.config import ConfigError
+from setdiff.stages import prepare, seeds, tokenize
+from setdiff.stages import train as train_stage
+
+RECIPE = {"steps": 3, "batch_size": 8, "warmup_steps": 1, "eval_every": 3, "eval_examples": 8}
+PARAMS: dict[str, Any] = {
+    "data": {"seed": 0, "arith": {"n_train": 40, "n_valid": 10, "n_test": 10}},
+    "tokenizer": {"arith": {"kind": "char", "seq_len": 32}},
+    "model": {"arith": {"n_layer": 1, "n_head": 2, "n_kv_head": 1, "d_model": 32, "d_ff": 64}},
+    "train": {"arith": {"ar": RECIPE, "diffusion": RECIPE}},
+    "paradigm": {"ar": {}, "setdlm": {"set_size": 2}},
+    "decode": {"ar": {}, "setdlm": {"window": 2}},
+    "seeds": {"paradigms": ["setdlm"], "seeds": [1, 2], "n_examples": 4},
+}
+
+
+def _run(root: Path, params: dict[str, Any]) -> dict[str, Any]:
+    """The seeds stage (data and the AR model made first, once, as the pipeline does)."""
+    path = root / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    args = ["--params", str(path), "--task", "arith", "--root", str(root)]
+    if not (root / "models" / "arith" / "ar").exists():
+        prepare.main(args)
+        tokenize.main(args)
+        train_stage.main([*args, "--paradigm", "ar"])
+    seeds.main(args)
+    return json.loads((root / "metrics" / "seeds" / "arith.json").read_text())
+
+
+def _copy(params: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(params))
+
+
+def test_two_seeds_their_summary_and_finished_cells_are_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trained: list[int] = []
+    original = seeds.train
+    weights: list[dict[str, Any]] = []
+
+    def spy(net, paradigm, train_split, valid_split, config):  # type: ignore[no-untyped-def]
+        trained.append(config.seed)
+        result = original(net, paradigm, train_split, valid_split, config)
+        weights.append(result.weights)
+        return result
+
+    monkeypatch.setattr(seeds, "train", spy)
+    metrics = _run(tmp_path, PARAMS)
+    assert trained == [1, 2]
+    cells = tmp_path / "results" / "seeds" / "arith"
+    assert sorted(p.name for p in cells.iterdir()) == ["setdlm-1.json", "setdlm-2.json"]
+    row = json.loads((cells / "setdlm-2.json").read_text())["row"]
+    assert row["seed"] == 2 and row["n_examples"] == 4 and row["steps"] == 3
+
+    summary = metrics["paradigms"]["setdlm"]
+    assert summary["seeds"] == [1, 2] and summary["n"] == 2 and metrics["n_examples"] == 4
+    accuracies = summary["accuracies"]
+    assert all(0.0 <= a <= 1.0 for a in accuracies)
+    mean = sum(accuracies) / 2
+    assert summary["mean"] == pytest.approx(mean)
+    assert summary["sd"] == pytest.approx(abs(accuracies[0] - accuracies[1]) / 2**0.5)
+    assert summary["binomial_se"] == pytest.approx((mean * (1 - mean) / 4) ** 0.5)
+    assert summary["recipe_seed"] == 0 and summary["recipe_steps"] == 3
+
+    # Different seeds: different fine-tuned weights from the same AR model.
+    ar = load_file(str(tmp_path / "models" / "arith" / "ar" / "model.safetensors"))
+    name = next(k for k in weights[0] if weights[0][k].is_floating_point())
+    assert not weights[0][name].equal(weights[1][name])
+    assert not weights[0][name].equal(ar[name])
+
+    # A re-run trains nothing; a changed config retrains every cell it changes, only those.
+    trained.clear()
+    assert _run(tmp_path, PARAMS) == metrics
+    assert trained == []
+    more = _copy(PARAMS)
+    more["seeds"]["seeds"] = [1, 2, 3]
+    assert _run(tmp_path, more)["paradigms"]["setdlm"]["seeds"] == [1, 2, 3]
+    assert trained == [3]
+    trained.clear()
+    longer = _copy(more)
+    longer["seeds"]["steps"] = 2
+    assert _run(tmp_path, longer)["paradigms"]["setdlm"]["steps"] == 2
+    assert trained == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda p: p["seeds"].update(paradigms=["ar"]), r"seeds.*paradigms.*not diffusion"),
+        (lambda p: p["seeds"].update(seeds=[]), r"seeds.*seeds must not be empty"),
+        (lambda p: p["seeds"].update(seeds=[1, 1]), r"seeds.*seeds: duplicates"),
+        (lambda p: p["seeds"].update(steps=0), r"seeds.*steps must be >= 1"),
+        (lambda p: p["seeds"].update(n_examples=0), r"seeds.*n_examples must be >= 1"),
+        (lambda p: p["seeds"].update(seed=[1]), r"seeds.*seed"),
+        (lambda p: p["decode"].update(setdlm={"windw": 2}), r"decode\.setdlm.*windw"),
+    ],
+)
+def test_bad_params_name_the_key(tmp_path: Path, edit: Any, message: str) -> None:
+    bad = _copy(PARAMS)
+    edit(bad)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    with pytest.raises(ConfigError, match=message) as err:
+        seeds.main(["--params", str(path), "--task", "arith", "--root", str(tmp_path)])
+    assert "\n" not in str(err.value)
