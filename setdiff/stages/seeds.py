@@ -45,7 +45,7 @@ from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError, build, to_dict
 from setdiff.evaluate import answer_rows
 from setdiff.initial import initial_source, initial_weights
-from setdiff.model import ModelConfig, Transformer
+from setdiff.model import ModelConfig
 from setdiff.paradigm import make_paradigm
 from setdiff.preset import Preset, load_preset
 from setdiff.recipe import SeedStudyConfig, TaskTrainConfig
