@@ -183,6 +183,19 @@ ITEMS: tuple[Item, ...] = (
         ),
     ),
     Item(
+        name="seed_variance",
+        title="Seed variance",
+        section=TRADEOFF,
+        needs=("seeds",),
+        make=lambda d: _when(d.run.seeds, lambda f: tables.seeds_table(f, d.run.evaluate)),
+        caption=(
+            "`setdiff seeds`: each paradigm fine-tuned again from the same AR model per training "
+            "seed (data order and training noise), greedy exact match on the first test prompts. "
+            "A spread across seeds (sd) above one run's binomial SE means the bootstrap CIs above "
+            "(prompts resampled, one model) understate how far a retrained model moves."
+        ),
+    ),
+    Item(
         name="baseline_engines",
         title="Baseline engines",
         section=TRADEOFF,

@@ -4,6 +4,7 @@
 ``results/baseline/<task>.csv``, ``metrics/tradeoff/<task>.json``,
 ``metrics/{evaluate,train,textgen}/<task>/<paradigm>.json``, ``models/<task>/<paradigm>/
 train_log.jsonl``, ``results/textgen/<task>/<paradigm>.csv``, ``ablations/<task>/trials.csv``,
+``metrics/{backbone,seeds}/<task>.json``,
 ``params.yaml`` and ``dvc.lock`` (the per-example row files through `reports.rows`). What should
 exist comes from ``params.yaml`` (``study``, ``bench``) joined with what is found on disk.
 
@@ -45,6 +46,7 @@ KINDS: dict[str, str] = {
     "textgen": "metrics/textgen/<task>/<paradigm>.json",
     "trials": "ablations/<task>/trials.csv or ablations/<task>/<study>/study.json",
     "backbone": "metrics/backbone/<task>.json",
+    "seeds": "metrics/seeds/<task>.json",
     "lmeval": "metrics/lmeval/<task>/summary.json",
     "batched": "results/throughput/<task>.json",
     "params": "params.yaml",
@@ -77,6 +79,8 @@ class Run:
     trials: pd.DataFrame
     backbone: pd.DataFrame
     """The backbone study: one row per (task, variant), accuracies as the stage wrote them."""
+    seeds: pd.DataFrame
+    """Seed variance: one row per (task, paradigm): seeds, accuracies, mean, sd, binomial_se."""
     lmeval: pd.DataFrame
     """lm-eval vs our scorer: one row per (task, engine), as the lmeval stage wrote them."""
     batched: pd.DataFrame
@@ -254,6 +258,25 @@ def _load_backbone(root: Path, params: dict[str, Any], log: MissingLog) -> pd.Da
     return pd.DataFrame(records)
 
 
+def _load_seeds(root: Path, params: dict[str, Any], log: MissingLog) -> pd.DataFrame:
+    """``metrics/seeds/<task>.json`` of the tasks the study lists or that exist."""
+    tasks = _union(_get(params, "study.seeds") or [], _stems(root / "metrics/seeds", ".json"))
+    if not tasks:
+        why = "not run (study.seeds empty; see params/seeds.yaml)"
+        log.add("metrics/seeds/", why, "seeds", optional=True)
+    records = []
+    for task in tasks:
+        path = f"metrics/seeds/{task}.json"
+        data, problem = read_json(root / path)
+        log.add(path, problem, "seeds")
+        paradigms = data.get("paradigms") if isinstance(data, dict) else None
+        for paradigm, row in (paradigms if isinstance(paradigms, dict) else {}).items():
+            if isinstance(row, dict):
+                n = data.get("n_examples")
+                records.append({"task": task, "paradigm": paradigm, "n_examples": n, **row})
+    return pd.DataFrame(records)
+
+
 def _load_lmeval(root: Path, params: dict[str, Any], log: MissingLog) -> pd.DataFrame:
     """``metrics/lmeval/<task>/summary.json`` of the tasks params list or that exist."""
     tasks = _union(_get(params, "lmeval.tasks") or [], _subdirs(root / "metrics/lmeval"))
@@ -348,6 +371,7 @@ def load_run(root: Path | str) -> Run:
         textgen=textgen,
         trials=_load_trials(root, expect, log),
         backbone=_load_backbone(root, params, log),
+        seeds=_load_seeds(root, params, log),
         lmeval=_load_lmeval(root, params, log),
         batched=_load_batched(root, expect, log),
         lock=_load_lock(root, log),

@@ -287,6 +287,44 @@ def backbone_table(backbone: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def seeds_table(seeds: pd.DataFrame, evaluate: pd.DataFrame) -> pd.DataFrame:
+    """One row per (task, paradigm) of the seed study: each seed's accuracy, mean ± sample sd
+    over seeds, one run's binomial SE at the same prompts, and the main run's accuracy (the
+    recipe's seed, from the evaluate stage) when the study trained with the recipe's steps."""
+    if seeds.empty:
+        return pd.DataFrame()
+    main = {}
+    if not evaluate.empty and "accuracy" in evaluate:
+        main = {(r.task, r.paradigm): r.accuracy for r in evaluate.itertuples()}
+    rows = []
+    for r in sort_paradigms(seeds).to_dict("records"):
+        sd, mean = r.get("sd"), r.get("mean")
+        own = (
+            main.get((r["task"], r["paradigm"]))
+            if r.get("steps") == r.get("recipe_steps")
+            else None
+        )
+        rows.append(
+            {
+                "task": r["task"],
+                "paradigm": r["paradigm"],
+                "seeds": ", ".join(fmt(s, ".0f") for s in r.get("seeds") or []),
+                "accuracy per seed": ", ".join(fmt(a, ".3f") for a in r.get("accuracies") or []),
+                "mean ± sd": fmt(mean, ".3f") if _blank(sd) else fmt_pm(mean, sd),
+                "one-run SE": fmt(r.get("binomial_se"), ".3f"),
+                "steps": fmt(r.get("steps"), ".0f"),
+                "main run": ""
+                if _blank(own)
+                else f"{own:.3f} (seed {fmt(r.get('recipe_seed'), '.0f')})",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _blank(value: object) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def _is_setdlm_accuracy(column: str) -> bool:
     parts = column.split("_")
     return parts[0] == "setdlm" and parts[1].startswith("d") and parts[-1] != "loss"

@@ -331,6 +331,24 @@ BACKBONE = {
 }  # fmt: skip
 
 
+SEEDS = {
+    "task": "arith",
+    "n_examples": 200,
+    "steps": None,
+    "paradigms": {
+        "setdlm": {
+            "seeds": [1, 2],
+            "accuracies": [0.7, 0.66],
+            "n": 2,
+            "mean": 0.68,
+            "sd": 0.0283,
+            "binomial_se": 0.033,
+            "steps": 300,
+            "recipe_seed": 0,
+            "recipe_steps": 300,
+        }
+    },
+}
 LMEVAL = {
     "task": "arith",
     "n_examples": 20,
@@ -393,6 +411,7 @@ def write_run(root: Path, seed: int = 0, speed: float = 1.0, preset: str = "test
         _textgen(root, paradigm, rng)
     _write(root / "ablations/arith/trials.csv", _trials(rng).to_csv(index=False))
     _json(root / "metrics/backbone/arith.json", BACKBONE)
+    _json(root / "metrics/seeds/arith.json", SEEDS)
     _json(root / "metrics/lmeval/arith/summary.json", LMEVAL)
     _json(root / "results/throughput/arith.json", {"task": "arith", "figures": BATCHED})
     lock = {

@@ -115,3 +115,66 @@ def test_bad_params_name_the_key(tmp_path: Path, edit: Any, message: str) -> Non
     with pytest.raises(ConfigError, match=message) as err:
         seeds.main(["--params", str(path), "--task", "arith", "--root", str(tmp_path)])
     assert "\n" not in str(err.value)
+
+
+SEEDS_METRICS = {
+    "task": "arith",
+    "n_examples": 500,
+    "steps": None,
+    "paradigms": {
+        "setdlm": {
+            "seeds": [1, 2],
+            "accuracies": [0.7, 0.66],
+            "n": 2,
+            "mean": 0.68,
+            "sd": 0.028284,
+            "binomial_se": 0.020861,
+            "steps": 1600,
+            "recipe_seed": 0,
+            "recipe_steps": 1600,
+        },
+        "bd3lm": {
+            "seeds": [1],
+            "accuracies": [0.45],
+            "n": 1,
+            "mean": 0.45,
+            "sd": None,
+            "binomial_se": 0.022249,
+            "steps": 300,
+            "recipe_seed": 0,
+            "recipe_steps": 600,
+        },
+    },
+}
+
+
+def test_the_report_table_renders_from_a_metrics_file(tmp_path: Path) -> None:
+    """reports/ reads the stage's file: one row per paradigm, the main run's accuracy joined
+    only where the study trained with the recipe's steps; a run without it says how to get it."""
+    from reports import tables
+    from reports.load import load_run
+
+    empty = load_run(tmp_path)
+    assert empty.seeds.empty
+    assert [m.problem for m in empty.missing if m.kind == "seeds"] == [
+        "not run (study.seeds empty; see params/seeds.yaml)"
+    ]
+    for paradigm, accuracy in (("setdlm", 0.684), ("bd3lm", 0.5)):
+        path = tmp_path / "metrics" / "evaluate" / "arith" / f"{paradigm}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"accuracy": accuracy}))
+    (tmp_path / "params.yaml").write_text(
+        yaml.safe_dump({"study": {"tasks": ["arith"], "paradigms": ["ar", "bd3lm", "setdlm"]}})
+    )
+    (tmp_path / "metrics" / "seeds").mkdir(parents=True)
+    (tmp_path / "metrics" / "seeds" / "arith.json").write_text(json.dumps(SEEDS_METRICS))
+    run = load_run(tmp_path)
+    table = tables.seeds_table(run.seeds, run.evaluate).set_index("paradigm")
+    assert list(table.index) == ["bd3lm", "setdlm"]  # canonical paradigm order
+    assert table.loc["setdlm", "accuracy per seed"] == "0.700, 0.660"
+    assert table.loc["setdlm", "mean ± sd"] == "0.680 ± 0.028"
+    assert table.loc["setdlm", "one-run SE"] == "0.021"
+    assert table.loc["setdlm", "main run"] == "0.684 (seed 0)"
+    assert table.loc["bd3lm", "mean ± sd"] == "0.450"  # one seed: no sd
+    assert table.loc["bd3lm", "main run"] == ""  # other steps than the main run's
+    assert table.loc["bd3lm", "seeds"] == "1"
