@@ -178,3 +178,29 @@ def test_the_report_table_renders_from_a_metrics_file(tmp_path: Path) -> None:
     assert table.loc["bd3lm", "mean ± sd"] == "0.450"  # one seed: no sd
     assert table.loc["bd3lm", "main run"] == ""  # other steps than the main run's
     assert table.loc["bd3lm", "seeds"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda p: p["study"].update(seeds=["text"]), r"study.*seeds.*\['text'\].*answers"),
+        (lambda p: p["study"].update(seeds=["arith"]), r"missing key 'seeds' under <top>"),
+        (
+            lambda p: (
+                p.update(seeds={"paradigms": ["aogpt"]})
+                or p["study"].update(paradigms=["ar", "setdlm"], diffusion=["setdlm"])
+            ),
+            r"seeds\.paradigms: \['aogpt'\] not in study\.paradigms",
+        ),
+    ],
+)
+def test_preset_validation_checks_the_seed_study(tmp_path: Path, edit: Any, message: str) -> None:
+    from setdiff.params import load_params
+    from setdiff.validate import validate
+
+    params = yaml.safe_load((Path(__file__).parents[1] / "params" / "smoke.yaml").read_text())
+    edit(params)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(params))
+    with pytest.raises(ConfigError, match=message):
+        validate(load_params(path))
