@@ -112,15 +112,6 @@ def _reduce_masked(
     )
 
 
-def _smallest_per_block(score: torch.Tensor, block_size: int) -> torch.Tensor:
-    """(B, L) bool: the position of each block's smallest score (blocks of `block_size` from 0;
-    the last may be short)."""
-    B, L = score.shape
-    padded = F.pad(score, (0, -L % block_size), value=torch.inf).view(B, -1, block_size)
-    first = F.one_hot(padded.argmin(-1), block_size).bool()
-    return first.view(B, -1)[:, :L]
-
-
 def _masked_nll(logits: torch.Tensor, targets: torch.Tensor, mask_id: int) -> torch.Tensor:
     """(B, T) NLL with the [MASK] logit at -inf (zero-masking parameterization)."""
     logits = logits.float()
