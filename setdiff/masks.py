@@ -57,6 +57,23 @@ def make_full_mask_mod() -> MaskMod:
     return full
 
 
+def make_prompt_causal_mask_mod(context_len_B: torch.Tensor) -> MaskMod:
+    """Causal over each example's context (``context_len_B[b]`` leading positions: BOS and
+    prompt), bidirectional over the rest (the answer canvas), which also sees the whole context.
+
+    MDLM with ``causal_prompt: true``: the prompt is computed exactly as an AR model computes it
+    (and could be cached once), the answer is one bidirectional block, as in BD3LM with a
+    single block."""
+
+    def prompt_causal(
+        b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+    ) -> torch.Tensor:
+        c = context_len_B[b]
+        return (k <= q) | ((q >= c) & (k >= c))
+
+    return prompt_causal
+
+
 def make_key_padding_mask_mod(base: MaskMod, valid_BK: torch.Tensor) -> MaskMod:
     """`base` AND key validity per example (``valid_BK[b, k]``)."""
 

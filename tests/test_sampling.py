@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from setdiff.model import Transformer
-from setdiff.paradigm import BD3LMConfig, SetDLMConfig, make_paradigm
+from setdiff.paradigm import BD3LMConfig, MDLMConfig, SetDLMConfig, make_paradigm
 from setdiff.sampling.loop import GenerateResult, generate
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -120,17 +120,28 @@ def ref_block_decode(
 
 @torch.no_grad()
 def ref_mdlm_decode(
-    net: Transformer, prompt: list[int], n: int, chunk: int, threshold: float | None
+    net: Transformer,
+    prompt: list[int],
+    n: int,
+    chunk: int,
+    threshold: float | None,
+    causal_prompt: bool = False,
 ) -> tuple[list[int], list[list[int]]]:
-    """MDLM (spec 5.4): every forward sees the whole canvas bidirectionally; candidates are the
-    masked positions of the current chunk (chunks of `chunk` from the first generated slot)."""
+    """MDLM (spec 5.4): every forward sees the whole canvas bidirectionally (with
+    `causal_prompt`, prompt position q sees only positions <= q); candidates are the masked
+    positions of the current chunk (chunks of `chunk` from the first generated slot)."""
     P = len(prompt)
     canvas = prompt + [MASK_ID] * n
+    mask = None
+    if causal_prompt:
+        mask = torch.ones(P + n, P + n, dtype=torch.bool)
+        for q in range(P):
+            mask[q, q + 1 :] = False
     steps: list[list[int]] = []
     while MASK_ID in canvas[P:]:
         f = canvas.index(MASK_ID, P)
         lo = P + (f - P) // chunk * chunk
-        logits = net(torch.tensor(canvas)[None], torch.arange(P + n)[None], None)[0]
+        logits = net(torch.tensor(canvas)[None], torch.arange(P + n)[None], mask)[0]
         cand = [q for q in range(lo, min(lo + chunk, P + n)) if canvas[q] == MASK_ID]
         picks = [_greedy(logits[q]) for q in cand]
         keep = _accept([c for _, c in picks], threshold)
@@ -224,14 +235,16 @@ def test_bd3lm_matches_reference_decoder(
     assert [sorted(s) for s in res.steps] == steps
 
 
+@pytest.mark.parametrize("causal_prompt", [False, True])
 @pytest.mark.parametrize("chunk", [3, 32])
 @pytest.mark.parametrize("threshold", [None, 0.5])
 def test_mdlm_matches_reference_decoder(
-    sharp_model: Transformer, chunk: int, threshold: float | None
+    sharp_model: Transformer, chunk: int, threshold: float | None, causal_prompt: bool
 ) -> None:
     prompt, n = PROMPTS[3], 10
-    res = gen(sharp_model, "mdlm", prompt, n, chunk_size=chunk, threshold=threshold)
-    tokens, steps = ref_mdlm_decode(sharp_model, prompt, n, chunk, threshold)
+    config = MDLMConfig(causal_prompt=causal_prompt)
+    res = gen(sharp_model, "mdlm", prompt, n, config, chunk_size=chunk, threshold=threshold)
+    tokens, steps = ref_mdlm_decode(sharp_model, prompt, n, chunk, threshold, causal_prompt)
     assert res.tokens == tokens
     assert [sorted(s) for s in res.steps] == steps
     assert res.nfe == len(steps)

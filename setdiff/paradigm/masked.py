@@ -19,6 +19,7 @@ from setdiff.masks import (
     make_full_mask_mod,
     make_hidden_key_mask_mod,
     make_key_padding_mask_mod,
+    make_prompt_causal_mask_mod,
 )
 from setdiff.paradigm.base import Batch, LossOutput, Noise, _masked_nll, _Paradigm, _reduce_masked
 from setdiff.sampling.policies import BlockPolicy, MDLMPolicy
@@ -40,6 +41,9 @@ class MDLMConfig:
     shift: bool = False
     """Dream's shift, AR-compatible: the output at position p - 1 predicts position p (the
     canvas keeps [MASK] where a token is unknown); False = each position predicts itself."""
+    causal_prompt: bool = False
+    """The prompt (BOS and context) attends causally, as AR computes it; the answer canvas stays
+    bidirectional and sees the whole prompt. False = MDLM's full bidirectional attention."""
 
     def __post_init__(self) -> None:
         check(0 <= self.eps < 1, f"eps must be in [0, 1), got {self.eps}")
@@ -99,7 +103,15 @@ class MDLM(_Paradigm):
         p_mask = (1 - self.config.eps) * t
         masked = targets & (noise["u"].to(tokens.device) < p_mask[:, None])
         xt = torch.where(masked, self.mask_id, tokens)
-        mask = self._mask("full", make_full_mask_mod(), L, batch, batch.valid)
+        if self.config.causal_prompt:
+            mod = make_key_padding_mask_mod(
+                make_prompt_causal_mask_mod(batch.context_len.to(tokens.device)), batch.valid
+            )
+            mask = batched_training_mask(
+                mod, tokens.shape[0], L, kind=self.attention, device=tokens.device
+            )
+        else:
+            mask = self._mask("full", make_full_mask_mod(), L, batch, batch.valid)
         logits = model(xt, batch.positions, mask)
         if self.config.shift:  # output p - 1 predicts p (position 0, BOS, is never a target)
             logits, tokens, masked = logits[:, :-1], tokens[:, 1:], masked[:, 1:]
@@ -107,7 +119,9 @@ class MDLM(_Paradigm):
         return _reduce_masked(nll, masked, t[:, None], n_tokens)
 
     def decode_policy(self, options: dict[str, Any]) -> MDLMPolicy:
-        return MDLMPolicy.from_options(options, shift=self.config.shift)
+        return MDLMPolicy.from_options(
+            options, shift=self.config.shift, causal_prompt=self.config.causal_prompt
+        )
 
 
 class BD3LM(_Paradigm):

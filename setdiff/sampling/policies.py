@@ -31,6 +31,7 @@ from typing import Any, Literal, TypedDict
 import torch
 
 from setdiff.config import check, frozen
+from setdiff.masks import make_prompt_causal_mask_mod
 from setdiff.sampling.logits import accept_confident, choose_tokens
 from setdiff.sampling.state import DecodeState, Plan
 
@@ -343,6 +344,9 @@ class MDLMPolicy(_Options):
     shift: bool = False
     """Dream's shift (fixed by the trained model): the output at p - 1 predicts p, so the
     queries are positions 1.. of the canvas."""
+    causal_prompt: bool = False
+    """Fixed by the trained model (`MDLMConfig.causal_prompt`): the prompt attends causally,
+    the slots after it bidirectionally."""
 
     def __post_init__(self) -> None:
         check(self.chunk_size >= 1, f"chunk_size must be >= 1, got {self.chunk_size}")
@@ -361,7 +365,12 @@ class MDLMPolicy(_Options):
             return None
         queries = torch.arange(int(self.shift), state.canvas.numel())
         empty = torch.empty(0, dtype=torch.long)
-        return Plan(empty, empty, queries, torch.ones(len(queries), len(queries), dtype=torch.bool))
+        attend = torch.ones(len(queries), len(queries), dtype=torch.bool)
+        if self.causal_prompt:  # the rule of training, over the positions the queries are fed at
+            fed = queries - int(self.shift)
+            rule = make_prompt_causal_mask_mod(torch.tensor([state.gen_start]))
+            attend = rule(torch.zeros((), dtype=torch.long), 0, fed[:, None], fed[None, :])
+        return Plan(empty, empty, queries, attend)
 
     def select(
         self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
