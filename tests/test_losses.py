@@ -474,3 +474,63 @@ def test_bd3lm_training_masks_every_block(
                 assert int(forced[b, block].sum()) == 1
     off = make_paradigm("bd3lm", BD3LMConfig(block_size=S, mask_every_block=False), mask_id=MASK_ID)
     assert off.training_noise(batch, torch.Generator().manual_seed(seed)).keys() == plain.keys()
+
+
+def _is_suffix(masked: torch.Tensor, targets: torch.Tensor) -> bool:
+    """Whether `masked` (1-D) is a suffix of the `targets` positions (empty and all included)."""
+    flags = masked[targets].tolist()
+    return flags == sorted(flags)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_mdlm_ltr_share_masks_answer_suffix_and_padding(
+    make_tiny_model: Callable[..., Transformer], seed: int
+) -> None:
+    """`ltr_share`: its rows are masked as left-to-right decoding leaves them, a suffix of the
+    answer of about t n tokens and every padding slot; other rows keep the independent draw,
+    and evaluation (sample_noise) never draws it."""
+    batch = make_batch(60 + seed)
+    cfg = MDLMConfig(pad_targets=True, ltr_share=0.5)
+    paradigm = make_paradigm("mdlm", cfg, mask_id=MASK_ID)
+    noise = paradigm.training_noise(batch, torch.Generator().manual_seed(seed))
+    assert "ltr" not in paradigm.sample_noise(batch)
+    noise["ltr"] = torch.tensor([True, True, True, False, True])
+    spy = Spy(make_tiny_model(seed=13))
+    with torch.no_grad():
+        paradigm.loss(spy, batch, noise=noise)
+    masked = spy.calls[0][0] == MASK_ID
+    answer, padding = batch.is_target, ~batch.valid
+    plain = batch.with_padding_as_target().is_target & (
+        noise["u"] < (1 - cfg.eps) * noise["t"][:, None]
+    )
+    for b in range(batch.tokens.shape[0]):
+        if not noise["ltr"][b]:
+            assert torch.equal(masked[b], plain[b])
+            continue
+        assert _is_suffix(masked[b], answer[b]), b
+        assert masked[b][padding[b]].all() and not masked[b][batch.is_context[b]].any()
+        n = int(answer[b].sum())
+        expected = round((1 - cfg.eps) * float(noise["t"][b]) * n)
+        assert abs(int(masked[b][answer[b]].sum()) - expected) <= 1, b
+
+
+@pytest.mark.parametrize("S", [2, 3, 4])
+def test_bd3lm_ltr_share_masks_a_suffix_of_every_block(
+    make_tiny_model: Callable[..., Transformer], S: int
+) -> None:
+    """BD3LM's `ltr_share`: in its rows each block's masks are a suffix of the block's targets
+    (and, with mask_every_block, never empty where the block has a target)."""
+    batch = make_batch(70 + S)
+    paradigm = make_paradigm("bd3lm", BD3LMConfig(block_size=S, ltr_share=1.0), mask_id=MASK_ID)
+    noise = paradigm.training_noise(batch, torch.Generator().manual_seed(S))
+    assert noise["ltr"].all() and "ltr" not in paradigm.sample_noise(batch)
+    spy = Spy(make_tiny_model(seed=13))
+    with torch.no_grad():
+        paradigm.loss(spy, batch, noise=noise)
+    masked = spy.calls[0][0][:, L:] == MASK_ID
+    for b in range(batch.tokens.shape[0]):
+        for start in range(0, L, S):
+            block = slice(start, start + S)
+            targets = batch.is_target[b, block]
+            assert _is_suffix(masked[b, block], targets), (b, start)
+            assert masked[b, block].any() == targets.any(), (b, start)

@@ -44,9 +44,14 @@ class MDLMConfig:
     causal_prompt: bool = False
     """The prompt (BOS and context) attends causally, as AR computes it; the answer canvas stays
     bidirectional and sees the whole prompt. False = MDLM's full bidirectional attention."""
+    ltr_share: float = 0.0
+    """Share of training sequences masked as left-to-right decoding leaves them (a suffix of
+    the answer and all padding masked; `_suffix_draws`) instead of independently; the analog
+    of `SetDLMConfig.ltr_share`. 0 = MDLM's independent masks alone."""
 
     def __post_init__(self) -> None:
         check(0 <= self.eps < 1, f"eps must be in [0, 1), got {self.eps}")
+        check(0 <= self.ltr_share <= 1, f"ltr_share must be in [0, 1], got {self.ltr_share}")
 
 
 @frozen
@@ -63,10 +68,14 @@ class BD3LMConfig:
     shift: bool = False
     """Shifted queries (see `SetDLMConfig.shift`): the noisy block is fed one position to the
     left, its first query holding the previous block's last token; S = 1 is then AR."""
+    ltr_share: float = 0.0
+    """Share of training sequences whose blocks are masked as left-to-right decoding within a
+    block leaves them (a suffix of each block; `_suffix_draws`); 0 = independent masks alone."""
 
     def __post_init__(self) -> None:
         check(self.block_size >= 1, f"block_size must be >= 1, got {self.block_size}")
         check(0 <= self.eps < 1, f"eps must be in [0, 1), got {self.eps}")
+        check(0 <= self.ltr_share <= 1, f"ltr_share must be in [0, 1], got {self.ltr_share}")
 
 
 def _smallest_per_block(score: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -76,6 +85,22 @@ def _smallest_per_block(score: torch.Tensor, block_size: int) -> torch.Tensor:
     padded = F.pad(score, (0, -L % block_size), value=torch.inf).view(B, -1, block_size)
     first = F.one_hot(padded.argmin(-1), block_size).bool()
     return first.view(B, -1)[:, :L]
+
+
+def _suffix_draws(targets: torch.Tensor, block_size: int) -> torch.Tensor:
+    """(B, L) draws u that mask each block's targets right to left as the level rises: the k-th
+    target from a block's end (of n) draws (k - 1/2) / n, so ``u < p`` masks its last
+    round(p n) targets, the state left-to-right decoding leaves; non-targets draw inf."""
+    B, L = targets.shape
+    t = F.pad(targets.float(), (0, -L % block_size)).view(B, -1, block_size)
+    from_end = t.flip(-1).cumsum(-1).flip(-1)  # targets at or after each position, per block
+    u = (from_end - 0.5) / t.sum(-1, keepdim=True).clamp(min=1)
+    return torch.where(targets, u.view(B, -1)[:, :L], torch.inf)
+
+
+def _draw_ltr(n: int, share: float, generator: torch.Generator | None) -> torch.Tensor:
+    """(n,) bool: the training rows masked left to right (a `share` of them)."""
+    return torch.rand(n, generator=generator) < share
 
 
 class MDLM(_Paradigm):
@@ -93,15 +118,26 @@ class MDLM(_Paradigm):
         t = t * (1 - self.config.eps) + self.config.eps  # (B,)
         return {"t": t, "u": torch.rand(B, L, generator=generator)}
 
+    def training_noise(self, batch: Batch, generator: torch.Generator | None = None) -> Noise:
+        noise = self.sample_noise(batch, generator)
+        if self.config.ltr_share > 0:
+            noise["ltr"] = _draw_ltr(batch.tokens.shape[0], self.config.ltr_share, generator)
+        return noise
+
     def loss_with_noise(self, model: Transformer, batch: Batch, noise: Noise) -> LossOutput:
-        n_tokens = batch.is_target.sum(-1)  # reported per real target token either way
+        answer = batch.is_target
+        n_tokens = answer.sum(-1)  # reported per real target token either way
         if self.config.pad_targets:
             batch = batch.with_padding_as_target()
         tokens, targets = batch.tokens, batch.is_target
         L = tokens.shape[1]
         t = noise["t"].to(tokens.device)
         p_mask = (1 - self.config.eps) * t
-        masked = targets & (noise["u"].to(tokens.device) < p_mask[:, None])
+        u = noise["u"].to(tokens.device)
+        if "ltr" in noise:  # the answer's suffix and all padding after it
+            ltr = torch.where(answer, _suffix_draws(answer, L), 0.0)
+            u = torch.where(noise["ltr"].to(tokens.device)[:, None], ltr, u)
+        masked = targets & (u < p_mask[:, None])
         xt = torch.where(masked, self.mask_id, tokens)
         if self.config.causal_prompt:
             mod = make_key_padding_mask_mod(
@@ -144,6 +180,8 @@ class BD3LM(_Paradigm):
         noise = self.sample_noise(batch, generator)
         if self.config.mask_every_block:
             noise["mask_every_block"] = torch.ones(batch.tokens.shape[0], dtype=torch.bool)
+        if self.config.ltr_share > 0:
+            noise["ltr"] = _draw_ltr(batch.tokens.shape[0], self.config.ltr_share, generator)
         return noise
 
     def loss_with_noise(self, model: Transformer, batch: Batch, noise: Noise) -> LossOutput:
@@ -152,6 +190,8 @@ class BD3LM(_Paradigm):
         S, eps = self.config.block_size, self.config.eps
         t = noise["t"].to(tokens.device)  # (B, L): each position's block noise level
         u = noise["u"].to(tokens.device)
+        if "ltr" in noise:  # a suffix of each block
+            u = torch.where(noise["ltr"].to(tokens.device)[:, None], _suffix_draws(targets, S), u)
         masked = targets & (u < (1 - eps) * t)
         if "mask_every_block" in noise:
             # The target with the smallest draw in each block is masked: a no-op for blocks that
