@@ -163,9 +163,9 @@ def test_infilling_rows(
     ("name", "options", "capacity"),
     [
         ("ar", {}, 8),
-        ("setdlm", {"window": 4, "threshold": 0.5}, 9),
+        ("setdlm", {"window": 4, "threshold": 0.5}, 11),
         ("aogpt", {"window": 4}, 14),
-        ("bd3lm", {"threshold": 0.5}, 9),
+        ("bd3lm", {"threshold": 0.5}, 11),
     ],
 )
 def test_small_cache_rows_equal_alone(

@@ -203,7 +203,7 @@ def test_setdlm_w1_is_ar_style_over_identity_order(
     prompt, n = PROMPTS[prompt_len], 12
     res = gen(net, "setdlm", prompt, n, use_cache=use_cache, window=1, threshold="off")
     assert res.tokens == ref_ar_style_setdlm(net, prompt, n)
-    assert res.nfe == 1 + n == 1 + len(res.steps)
+    assert res.nfe == n == len(res.steps)  # the prefill rides on the first query
     assert res.steps == [[p] for p in range(prompt_len, prompt_len + n)]
     assert not res.stopped
 
@@ -219,7 +219,7 @@ def test_setdlm_matches_reference_decoder(
     tokens, steps = ref_set_decode(sharp_model, prompt, n, window, threshold)
     assert res.tokens == tokens
     assert [sorted(s) for s in res.steps] == steps
-    assert res.nfe == 1 + len(steps)
+    assert res.nfe == len(steps)
 
 
 @pytest.mark.parametrize("S", [1, 3, 4])
@@ -258,7 +258,7 @@ def test_aogpt_confidence_matches_reference_decoder(
     res = gen(net, "aogpt", prompt, n, order="confidence")
     tokens, steps = ref_aogpt_confidence(net, prompt, n)
     assert res.tokens == tokens and res.steps == steps
-    assert res.nfe == 1 + n
+    assert res.nfe == n
 
 
 @pytest.mark.parametrize("prompt_len", [1, 3])
@@ -301,14 +301,6 @@ CASES = [
 ]
 
 
-def _prefill_forwards(name: str, prompt_len: int, block: int) -> int:
-    if name in ("setdlm", "aogpt"):
-        return 1
-    if name == "bd3lm":
-        return 1 if prompt_len >= block else 0
-    return 0
-
-
 def _decoded_before(res: GenerateResult, start: int, end: int) -> list[set[int]]:
     """For each step, the generated positions still masked just before it."""
     masked = set(range(start, end))
@@ -337,7 +329,7 @@ def test_sampler_structure(
         # one extra commit-only forward: see test_bd3lm_short_prompt_has_no_commit_only_forward
         assert res.nfe in (len(res.steps), len(res.steps) + 1)
     else:
-        assert res.nfe == len(res.steps) + _prefill_forwards(name, prompt_len, block)
+        assert res.nfe == len(res.steps)  # every forward decodes (the prefill is fused)
     before = _decoded_before(res, start, end)
     for step, masked in zip(res.steps, before, strict=True):
         assert set(step) <= masked
@@ -432,7 +424,7 @@ def test_bd3lm_short_prompt_has_no_commit_only_forward(
 def test_stop_on_first_token(sharp_model: Transformer) -> None:
     full = gen(sharp_model, "setdlm", PROMPTS[3], 10, window=1)
     res = gen(sharp_model, "setdlm", PROMPTS[3], 10, window=1, stop_ids=[full.tokens[0]])
-    assert res.stopped and res.tokens == full.tokens[:1] and res.nfe == 2
+    assert res.stopped and res.tokens == full.tokens[:1] and res.nfe == 1
 
 
 # ---------------------------------------------------------------------------------------------

@@ -238,10 +238,10 @@ def test_shifted_decodes_as_ar_left_to_right(
         paradigm=make_paradigm("ar", mask_id=MASK_ID),
         trace_logits=True,
     )
-    # AR's forward k predicts new token k from its last row; ours from its query row (the
-    # first forward of ours is the prompt's prefill, which queries nothing).
-    assert ours.nfe == ar_trace.nfe + 1
-    for la, lb in zip(ar_trace.logits, ours.logits[1:], strict=True):
+    # AR's forward k predicts new token k from its last row; ours from its query row (our
+    # first forward prefills the prompt and queries the first slot, as AR's does).
+    assert ours.nfe == ar_trace.nfe
+    for la, lb in zip(ar_trace.logits, ours.logits, strict=True):
         assert (la[-1] - lb[-1]).abs().max().item() <= 1e-4
 
 

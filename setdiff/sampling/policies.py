@@ -7,8 +7,9 @@ frozen record of its options with two methods:
 
 Policies:
 - `ARPolicy`: next-token decoding; each forward commits the previous token and predicts the next.
-- `SetPolicy` (setdlm): prefill the given tokens, then a sliding window of W masked positions from
-  the leftmost undecoded one; accept the most confident plus every one with confidence >= tau;
+- `SetPolicy` (setdlm): a sliding window of W masked positions from the leftmost undecoded one
+  (the first forward also prefills the given tokens, as AR's first forward does); accept the
+  most confident plus every one with confidence >= tau;
   accepted tokens are committed (left to right) by the next forward, fused with the next
   queries. ``window="all"`` = any-order decoding. A suffix in the canvas = infilling.
 - `AnyOrderPolicy` (aogpt): one token per step, in random or confidence order, with linear
@@ -171,14 +172,14 @@ class SetPolicy(_Options):
 
     def max_forward(self, n_given: int, n_new: int) -> int:
         window = n_new if self.window == "all" else min(self.window, n_new)
-        return max(n_given, 2 * window)
+        return max(n_given + window, 2 * window)  # the first forward holds the prefill
 
     def plan(self, state: DecodeState) -> Plan | None:
         if not state.has_masks:
             return None
+        # The first forward fuses the prefill (every given token, causal in position order)
+        # with the first window's queries, as AR's first forward predicts its first token.
         commit = state.uncommitted_decoded()
-        if not state.n_committed:  # prefill: every given token, causal in position order
-            return _causal_plan(state, commit, torch.empty(0, dtype=torch.long))
         masked = state.is_masked.nonzero().flatten()
         if self.window != "all":  # masked[0] is the frontier
             masked = masked[masked < masked[0] + self.window]
@@ -229,14 +230,13 @@ class AnyOrderPolicy(_Options):
         )
 
     def max_forward(self, n_given: int, n_new: int) -> int:
-        return max(n_given, n_new + 1)
+        first = n_new if self.window is None else min(self.window, n_new)
+        return max(n_given + first, n_new + 1)  # the first forward holds the prefill
 
     def plan(self, state: DecodeState) -> Plan | None:
         if not state.has_masks:
             return None
-        commit = state.uncommitted_decoded()
-        if not state.n_committed:
-            return _causal_plan(state, commit, torch.empty(0, dtype=torch.long))
+        commit = state.uncommitted_decoded()  # the first forward: prefill fused with queries
         masked = state.is_masked.nonzero().flatten()
         if self.window is not None:  # masked[0] is the frontier
             masked = masked[masked < masked[0] + self.window]
@@ -291,7 +291,7 @@ class BlockPolicy(_Options):
         _check_threshold(self.threshold)
 
     def max_forward(self, n_given: int, n_new: int) -> int:
-        return max(n_given, 2 * self.block_size)
+        return max(n_given + self.block_size, 2 * self.block_size)  # prefill + the first block
 
     def plan(self, state: DecodeState) -> Plan | None:
         if not state.has_masks:
@@ -299,14 +299,9 @@ class BlockPolicy(_Options):
         S = self.block_size
         start = state.frontier() // S * S
         commit = state.uncommitted_decoded(below=start)
-        groups = commit // S  # finished blocks: bidirectional within, causal across
-        nothing_generated = bool(state.is_masked[state.gen_start : state.gen_end].all())
-        if (
-            not state.n_committed and nothing_generated and commit.numel()
-        ):  # the prompt's full blocks
-            return Plan(
-                commit, groups, torch.empty(0, dtype=torch.long), torch.ones(0, 0, dtype=torch.bool)
-            )
+        # Finished blocks (in the first forward, the prompt's full ones): bidirectional within,
+        # causal across, committed with the queries of the block after them.
+        groups = commit // S
         queries = torch.arange(start, min(start + S, state.canvas.numel()))
         return Plan(
             commit, groups, queries, torch.ones(len(queries), len(queries), dtype=torch.bool)
