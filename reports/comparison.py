@@ -32,7 +32,24 @@ def _comparison(task: str, name: str, body: Any) -> dict[str, Any]:
     elif isinstance(body.get("reference"), dict) and "max_drop" in body:
         ref = body["reference"]
         row["matched"] = f"within {body['max_drop']:.3g} of {method} {ref.get('config')!r}"
-    return row
+    return row | _selection(body, row.get("matched"))
+
+
+def _selection(body: dict[str, Any], matched: str | None) -> dict[str, Any]:
+    """Where the operating point was chosen (``selected_on``) and, for the headline, the test
+    accuracy it gives up (``test_drop``), appended to the `matched` text."""
+    chosen = body.get("selected_on")
+    if matched is None or not isinstance(chosen, dict) or "split" not in chosen:
+        return {}
+    text = f"{matched}; chosen on {chosen.get('n', '?')} {chosen['split']} prompts"
+    drop = body.get("test_drop")
+    if isinstance(drop, dict) and isinstance(drop.get("estimate"), int | float):
+        text += f"; on test {drop['estimate']:.3g}"
+        ci = drop.get("ci95")
+        if isinstance(ci, list) and len(ci) == 2 and all(isinstance(v, int | float) for v in ci):
+            text += f" [{ci[0]:.3g}, {ci[1]:.3g}]"
+        text += " below it"
+    return {"matched": text}
 
 
 def _engine_comparisons(task: str, engines: Any, setdlm: Any) -> list[dict[str, Any]]:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 
 from setdiff.measure import Row, count_new_tokens, read_rows, timed, write_rows
+from setdiff.stages.tradeoff import matched, setdlm_vs_ar
 from setdiff.tradeoff import (
     Point,
     bootstrap,
@@ -117,6 +119,10 @@ def test_within_drop_picks_the_fastest_close_enough_configuration() -> None:
     points = pts(("off", 0.80, 10), ("t9", 0.79, 20), ("t7", 0.70, 40))
     chosen = within_drop(points, list(points), ("off", "setdiff", "off"), 0.02)
     assert chosen.key[0] == "t9"
+    # a configuration above the reference raises the bar: t9 is now 3 points below the best
+    points |= pts(("t95", 0.82, 15))
+    chosen = within_drop(points, list(points), ("off", "setdiff", "off"), 0.02)
+    assert chosen.key[0] == "t95"
 
 
 def test_bootstrap_interval_contains_the_estimate_and_is_paired() -> None:
@@ -138,3 +144,53 @@ def test_bootstrap_interval_contains_the_estimate_and_is_paired() -> None:
 def test_timed_uses_the_wall_clock_on_cpu() -> None:
     result, seconds = timed(lambda: sum(range(1000)), torch.device("cpu"))
     assert result == 499500 and 0 <= seconds < 1 and not math.isnan(seconds)
+
+
+def _sweep(n: int, fast_exact: Callable[[int], float]) -> list[dict]:
+    """AR, setdlm threshold-off (all right) and a setdlm threshold config twice as fast as
+    threshold-off and 4x AR's speed, right where `fast_exact(i)` says."""
+    rows = []
+    for i in range(n):
+        rows.append(row("ar", "default", i, 1.0, 10, 0.4, 10))
+        off = row("setdlm", "threshold=off window=4", i, 1.0, 10, 0.2, 10)
+        rows.append(dataclasses.replace(off, window=4))
+        fast = row("setdlm", "threshold=0.9 window=4", i, fast_exact(i), 10, 0.1, 4)
+        rows.append(dataclasses.replace(fast, window=4, threshold=0.9))
+    return [_as_dict(r) for r in rows]
+
+
+def test_operating_point_chosen_on_validation_is_measured_on_test() -> None:
+    select = _sweep(100, lambda i: 1.0)  # validation: the fast config loses nothing
+    test = _sweep(100, lambda i: float(i % 20 != 0))  # test: it loses 5 points
+    held_out = setdlm_vs_ar(test, 0.02, 200, select)
+    assert held_out["setdlm"]["config"] == "threshold=0.9 window=4"
+    assert held_out["selected_on"] == {"split": "validation", "n": 100}
+    assert held_out["speedup"] == pytest.approx(4.0)
+    low, high = held_out["ci95"]
+    assert low == pytest.approx(4.0) and high == pytest.approx(4.0)  # one fixed configuration
+    assert held_out["test_drop"]["estimate"] == pytest.approx(0.05)
+    # chosen on the test rows themselves, the 5-point loss rules the fast configuration out
+    on_test = setdlm_vs_ar(test, 0.02, 200)
+    assert on_test["setdlm"]["config"] == "threshold=off window=4"
+    assert on_test["selected_on"] == {"split": "test", "n": 100}
+    assert on_test["speedup"] == pytest.approx(2.0)
+
+
+def test_validation_rules_out_what_the_test_rows_would_allow() -> None:
+    select = _sweep(100, lambda i: float(i % 10 != 0))  # validation: 10 points lost
+    test = _sweep(100, lambda i: 1.0)
+    result = setdlm_vs_ar(test, 0.02, 200, select)
+    assert result["setdlm"]["config"] == "threshold=off window=4"
+    assert result["speedup"] == pytest.approx(2.0) and result["test_drop"]["estimate"] == 0
+
+
+def test_matched_speedup_chosen_on_validation() -> None:
+    select = _sweep(50, lambda i: 1.0)
+    test = _sweep(50, lambda i: float(i % 10 != 0))
+    for r in select + test:  # the threshold-off setdlm plays the baseline
+        if r["threshold"] is None and r["paradigm"] == "setdlm":
+            r["paradigm"] = "bd3lm"
+    result = matched(test, "setdlm", "bd3lm", 200, select)
+    assert result["setdlm"]["config"] == "threshold=0.9 window=4"
+    assert result["speedup"] == pytest.approx(2.0) and result["ci95"] == pytest.approx([2.0, 2.0])
+    assert result["selected_on"]["split"] == "validation"

@@ -185,6 +185,8 @@ def _tradeoff() -> dict:
             "setdlm": _point("threshold=0.9 window=8", 0.74, 1800.0),
             "ar": _point("default", 0.8, 1000.0),
             "forward_cost_ratio": 1.1,
+            "selected_on": {"split": "validation", "n": 200},
+            "test_drop": {"estimate": 0.01, "ci95": [-0.02, 0.04]},
         },
         "setdlm_vs_bd3lm": {"missing": "no bd3lm rows"},
         "aogpt_vs_mdlm": {"missing": "no aogpt rows"},
@@ -549,6 +551,10 @@ def test_tradeoff_is_flattened_with_engines(derived: Derived) -> None:
     table = derived.run.comparisons.set_index("comparison")
     assert table.loc["setdlm vs ar", "speedup"] == 1.8
     assert table.loc["setdlm vs ar", "method_config"] == "threshold=0.9 window=8"
+    assert table.loc["setdlm vs ar", "matched"] == (
+        "within 0.02 of setdlm 'threshold=off window=4'; chosen on 200 validation prompts; "
+        "on test 0.01 [-0.02, 0.04] below it"
+    )
     assert table.loc["ar · vllm:greedy vs ar · setdiff", "speedup"] == 3.0
     assert table.loc["ar · vllm:greedy vs ar · setdiff", "method_engine"] == "vllm"
     assert table.loc["setdlm vs ar · vllm:greedy", "speedup"] == 0.6

@@ -35,6 +35,11 @@ class BenchRunConfig:
     """Test prompts measured per configuration (the first ones)."""
     warmup: int = 3
     """Validation prompts run by every configuration first, not recorded."""
+    n_select: int = 0
+    """Validation prompts (the first ones) measured like the test prompts, into
+    ``results/bench/<task>.select.csv``: the tradeoff stage chooses its operating points on
+    them and reports the test prompts' ratios at those fixed points. 0 = choose on the test
+    prompts themselves (the bootstrap then redoes the choice in every resample)."""
     seed: int = 0
     device: str = "cpu"
     threads: int = 1
@@ -45,6 +50,7 @@ class BenchRunConfig:
     def __post_init__(self) -> None:
         check(self.n_examples >= 1, "n_examples must be >= 1")
         check(self.warmup >= 0, "warmup must be >= 0")
+        check(self.n_select >= 0, "n_select must be >= 0")
         check(self.threads >= 0, "threads must be >= 0")
 
 

@@ -6,7 +6,9 @@ first ``n_examples`` test prompts with every paradigm and every configuration of
 cartesian product of ``bench.sweep.<paradigm>`` over ``decode.<paradigm>``), and writes tidy rows
 to ``results/bench/<task>.csv``, the decode traces (positions decoded per forward) to
 ``results/bench/<task>.traces.jsonl``, and ``results/bench/<task>.json`` (fingerprint and
-configurations).
+configurations). With ``bench.run.n_select`` > 0 the first validation prompts are measured
+too (after the warm-up, which runs the first ones unrecorded), into ``results/bench/<task>.select.csv`` (empty otherwise): the tradeoff stage
+chooses its operating points there, so the test prompts only measure them.
 
 Side by side: for each example every configuration runs once, in a fixed order, so machine drift
 hits all methods alike; warm-up examples (from the validation split) run every configuration
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -82,14 +84,18 @@ def measure_all(
     *,
     task: str,
     seed: int,
-) -> tuple[list[Row], list[dict[str, Any]]]:
+    select: Sequence[dict[str, Any]] = (),
+) -> tuple[list[Row], list[dict[str, Any]], list[Row]]:
     """Every configuration on every prompt, interleaved per prompt (the warm-up prompts run
-    first and are not recorded); the rows and decode traces of the measured prompts."""
+    first and are not recorded); the rows and decode traces of the test prompts, and the rows
+    of the `select` (validation) prompts."""
     seq_len = models["ar"].net.config.max_seq_len
     tok = models["ar"].tokenizer
     rows: list[Row] = []
+    selected: list[Row] = []
     traces: list[dict[str, Any]] = []
-    for phase, records in (("warmup", warm), ("measure", test)):
+    phases = (("warmup", warm, None), ("select", select, selected), ("measure", test, rows))
+    for phase, records, out in phases:
         for i, record in enumerate(progress_bar(records, desc=f"bench {task} ({phase})")):
             prompt = [tok.bos_id] + tok.encode(record["prompt"])
             for config in configs:
@@ -104,9 +110,9 @@ def measure_all(
                     seed=seed,
                     traces=traces if phase == "measure" else None,
                 )
-                if phase == "measure":
-                    rows.append(row)
-    return rows, traces
+                if out is not None:
+                    out.append(row)
+    return rows, traces, selected
 
 
 def main(argv: list[str]) -> None:
@@ -140,10 +146,19 @@ def main(argv: list[str]) -> None:
     seq_len = models["ar"].net.config.max_seq_len
     all_test = read_records(layout.raw / "test.jsonl", args.task)
     test = all_test[: run.n_examples]
-    warm = read_records(layout.raw / "valid.jsonl", args.task)[: run.warmup]
-    rows, traces = measure_all(models, configs, warm, test, task=args.task, seed=run.seed)
+    valid = read_records(layout.raw / "valid.jsonl", args.task)
+    warm, select = valid[: run.warmup], valid[: run.n_select]
+    if len(select) < run.n_select:
+        raise ConfigError(
+            f"{preset.path}: bench.run.n_select={run.n_select}: the validation split holds "
+            f"only {len(valid)} prompts"
+        )
+    rows, traces, selected = measure_all(
+        models, configs, warm, test, task=args.task, seed=run.seed, select=select
+    )
     out = layout.root / "results" / "bench" / f"{args.task}.csv"
     write_rows(out, rows)
+    write_rows(out.with_suffix(".select.csv"), selected)
     write_text(out.with_suffix(".traces.jsonl"), "".join(json.dumps(t) + "\n" for t in traces))
     figures = run_throughput(
         models,
@@ -172,7 +187,12 @@ def main(argv: list[str]) -> None:
                 {"paradigm": c.paradigm, "config": c.label, "options": dict(c.options)}
                 for c in configs
             ],
-            "run": {"n_examples": len(test), "warmup": len(warm), "seed": run.seed},
+            "run": {
+                "n_examples": len(test),
+                "warmup": len(warm),
+                "n_select": len(select),
+                "seed": run.seed,
+            },
             "fingerprint": fingerprint(
                 torch.device(run.device),
                 params_hash=preset.digest("bench", "decode"),
