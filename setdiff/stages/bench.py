@@ -7,8 +7,9 @@ cartesian product of ``bench.sweep.<paradigm>`` over ``decode.<paradigm>``), and
 to ``results/bench/<task>.csv``, the decode traces (positions decoded per forward) to
 ``results/bench/<task>.traces.jsonl``, and ``results/bench/<task>.json`` (fingerprint and
 configurations). With ``bench.run.n_select`` > 0 the first validation prompts are measured
-too (after the warm-up, which runs the first ones unrecorded), into ``results/bench/<task>.select.csv`` (empty otherwise): the tradeoff stage
-chooses its operating points there, so the test prompts only measure them.
+too (after the warm-up, which runs the first ones unrecorded), into
+``results/bench/<task>.select.csv`` (empty otherwise): the tradeoff stage chooses its operating
+points there, so the test prompts only measure them.
 
 Side by side: for each example every configuration runs once, in a fixed order, so machine drift
 hits all methods alike; warm-up examples (from the validation split) run every configuration

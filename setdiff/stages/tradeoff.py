@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,22 +75,33 @@ def forward_cost_ratio(rows: list[dict[str, Any]], a: Key, b: Key) -> float:
     return per_forward(a) / per_forward(b)
 
 
-def _fixed(a: Key, b: Key) -> Any:
-    """The statistic `a`'s tokens/s over `b`'s (configurations fixed beforehand)."""
+Choice = Callable[[dict[Key, Point]], "tuple[Key, Key] | None"]
+"""``choose(points) -> (method key, baseline key) | None``: the two configurations to compare."""
+
+
+def held_out_ratio(
+    rows: list[dict[str, Any]],
+    select_rows: list[dict[str, Any]] | None,
+    choose: Choice,
+    n_boot: int,
+) -> tuple[tuple[Key, Key] | None, tuple[float, float, float], dict[str, Any]]:
+    """The chosen pair, its tokens/s ratio on the test rows with a bootstrap CI, and where the
+    choice was made. With `select_rows` the pair is chosen there once and the bootstrap resamples
+    the test rows at that fixed pair; without, it is chosen on the test rows and every resample
+    chooses again."""
+    grouped = group(rows)
+    fixed = choose(summarize(group(select_rows))) if select_rows else None
 
     def stat(pts: dict[Key, Point]) -> float | None:
-        if a not in pts or b not in pts:
+        pair = fixed if select_rows else choose(pts)
+        if pair is None or pair[0] not in pts or pair[1] not in pts:
             return None
-        return pts[a].tokens_per_second / pts[b].tokens_per_second
+        return pts[pair[0]].tokens_per_second / pts[pair[1]].tokens_per_second
 
-    return stat
-
-
-def _selected_on(select_rows: list[dict[str, Any]] | None, n_test: int) -> dict[str, Any]:
-    if select_rows:
-        n = len({int(r["example"]) for r in select_rows})
-        return {"split": "validation", "n": n}
-    return {"split": "test", "n": n_test}
+    pair = fixed if select_rows else choose(summarize(grouped))
+    where = {"split": "validation" if select_rows else "test"}
+    where["n"] = len({int(r["example"]) for r in (select_rows or rows)})
+    return pair, bootstrap(grouped, stat, n_boot=n_boot), where
 
 
 def setdlm_vs_ar(
@@ -99,47 +111,34 @@ def setdlm_vs_ar(
     select_rows: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """setdlm over our AR decoder at the fastest setdlm configuration within `max_drop` of its
-    threshold-off accuracy. With `select_rows` (validation prompts) that configuration is chosen
-    there and the test rows measure it, so the CI is over prompts at one fixed configuration;
-    without, it is chosen on the test rows and the bootstrap redoes the choice per resample."""
-    grouped = group(rows)
-    points = summarize(grouped)
+    threshold-off accuracy (or of its best configuration's, `within_drop`), chosen on
+    `select_rows` when given (`held_out_ratio`)."""
+    points = summarize(group(rows))
     reference = setdlm_reference(rows)
     ar = _keys(points, "ar")
     if reference is None or not ar:
         return {"missing": "needs setdlm threshold-off and ar rows"}
     ar_key = ar[0]
-    if select_rows:
-        basis = summarize(group(select_rows))
-        if reference not in basis:
-            return {"missing": f"the validation rows lack {reference[2]!r} of setdlm"}
-        pick = within_drop(basis, _keys(basis, "setdlm"), reference, max_drop)
-        chosen = points.get(pick.key) if pick else None
-        if chosen is None:
-            return {"missing": "the setdlm configuration chosen on validation has no test rows"}
-        stat = _fixed(chosen.key, ar_key)
-    else:
-        chosen = within_drop(points, _keys(points, "setdlm"), reference, max_drop)
 
-        def stat(pts: dict[Key, Point]) -> float | None:
-            hit = within_drop(pts, _keys(pts, "setdlm"), reference, max_drop)
-            return hit.tokens_per_second / pts[ar_key].tokens_per_second if hit else None
+    def choose(pts: dict[Key, Point]) -> tuple[Key, Key] | None:
+        pick = within_drop(pts, _keys(pts, "setdlm"), reference, max_drop)
+        return (pick.key, ar_key) if pick else None
 
-    if chosen is None:
-        return {"missing": "no setdlm configuration within max_drop"}
-    est, low, high = bootstrap(grouped, stat, n_boot=n_boot)
-    key = chosen.key
+    pair, (est, low, high), where = held_out_ratio(rows, select_rows, choose, n_boot)
+    if pair is None or pair[0] not in points:
+        return {"missing": f"no setdlm configuration within max_drop on the {where['split']} rows"}
+    key = pair[0]
     drop, drop_low, drop_high = bootstrap(
-        grouped, lambda pts: pts[reference].accuracy - pts[key].accuracy, n_boot=n_boot
+        group(rows), lambda pts: pts[reference].accuracy - pts[key].accuracy, n_boot=n_boot
     )
     return {
         "speedup": est,
         "ci95": [low, high],
         "max_drop": max_drop,
-        "selected_on": _selected_on(select_rows, points[reference].n),
+        "selected_on": where,
         "test_drop": {"estimate": drop, "ci95": [drop_low, drop_high]},
         "reference": _point(points[reference]),
-        "setdlm": _point(chosen),
+        "setdlm": _point(points[key]),
         "ar": _point(points[ar_key]),
         "forward_cost_ratio": forward_cost_ratio(rows, key, ar_key),
     }
@@ -152,34 +151,28 @@ def matched(
     n_boot: int,
     select_rows: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """`method` over `baseline` at the best accuracy both reach: chosen on `select_rows` when
-    given (the test rows then measure those two configurations), else on the test rows."""
-    grouped = group(rows)
-    points = summarize(grouped)
-    basis = summarize(group(select_rows)) if select_rows else points
-    a, b = _keys(basis, method), _keys(basis, baseline)
-    found = matched_speedup(basis, a, b)
-    if found is None:
-        return {"missing": f"needs {method} and {baseline} rows"}
-    ka, kb = found["method"].key, found["baseline"].key
-    if ka not in points or kb not in points:
-        return {"missing": f"the chosen {method} or {baseline} configuration has no test rows"}
-    if select_rows:
-        stat = _fixed(ka, kb)
-    else:
+    """`method` over `baseline` at the best accuracy both reach, chosen on `select_rows` when
+    given (`held_out_ratio`)."""
+    points = summarize(group(rows))
 
-        def stat(pts: dict[Key, Point]) -> float | None:
-            hit = matched_speedup(pts, a, b)
-            return hit["speedup"] if hit else None
+    def hit(pts: dict[Key, Point]) -> dict[str, Any] | None:
+        return matched_speedup(pts, _keys(pts, method), _keys(pts, baseline))
 
-    est, low, high = bootstrap(grouped, stat, n_boot=n_boot)
+    def choose(pts: dict[Key, Point]) -> tuple[Key, Key] | None:
+        found = hit(pts)
+        return (found["method"].key, found["baseline"].key) if found else None
+
+    pair, (est, low, high), where = held_out_ratio(rows, select_rows, choose, n_boot)
+    if pair is None or pair[0] not in points or pair[1] not in points:
+        return {"missing": f"needs {method} and {baseline} rows ({where['split']} and test)"}
+    level = hit(summarize(group(select_rows)) if select_rows else points)["accuracy_level"]
     return {
         "speedup": est,
         "ci95": [low, high],
-        "accuracy_level": found["accuracy_level"],
-        "selected_on": _selected_on(select_rows, points[ka].n),
-        method: _point(points[ka]),
-        baseline: _point(points[kb]),
+        "accuracy_level": level,
+        "selected_on": where,
+        method: _point(points[pair[0]]),
+        baseline: _point(points[pair[1]]),
     }
 
 
