@@ -57,19 +57,26 @@ def make_full_mask_mod() -> MaskMod:
     return full
 
 
-def make_prompt_causal_mask_mod(context_len_B: torch.Tensor) -> MaskMod:
+def make_prompt_causal_mask_mod(
+    context_len_B: torch.Tensor, open_BQK: torch.Tensor | None = None
+) -> MaskMod:
     """Causal over each example's context (``context_len_B[b]`` leading positions: BOS and
     prompt), bidirectional over the rest (the answer canvas), which also sees the whole context.
 
     MDLM with ``causal_prompt: true``: the prompt is computed exactly as an AR model computes it
     (and could be cached once), the answer is one bidirectional block, as in BD3LM with a
-    single block."""
+    single block. With `open_BQK` ((B, n, n) bool; attention annealing) a canvas query sees a
+    later canvas key only where ``open_BQK[b, q, k]``: all False = causal, all True = the
+    bidirectional canvas."""
 
     def prompt_causal(
         b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     ) -> torch.Tensor:
         c = context_len_B[b]
-        return (k <= q) | ((q >= c) & (k >= c))
+        canvas = (q >= c) & (k >= c)
+        if open_BQK is not None:
+            canvas = canvas & ((k <= q) | open_BQK[b, q, k])
+        return (k <= q) | canvas
 
     return prompt_causal
 

@@ -181,7 +181,9 @@ def train(
             # Through the optimizer, which holds the sharded parameters: an FSDP root keeps its
             # gathered ones registered after a forward until a backward (e.g. after an eval).
             optimizer.zero_grad(set_to_none=True)
-            train_loss = _step(model, paradigm, train_split, config, generator, device, rank, world)
+            train_loss = _step(
+                model, paradigm, train_split, config, generator, device, rank, world, step
+            )
             optimizer.step()
             scheduler.step()
             step += 1
@@ -279,8 +281,10 @@ def _step(
     device: torch.device,
     rank: int,
     world: int,
+    step: int = 0,
 ) -> float:
-    """Forward/backward of this rank's share of one global batch; returns the global loss.
+    """Forward/backward of this rank's share of one global batch (training step `step`);
+    returns the global loss.
 
     Every rank draws the same global batch and noise from the shared generator and keeps its own
     slice, so any number of ranks follows the single-process trajectory. The slice runs in
@@ -289,7 +293,7 @@ def _step(
     them over ranks: the result is the gradient of the global mean, whatever the split.
     Gradients accumulate: the caller zeroes them."""
     batch = split.sample(config.batch_size, generator)
-    noise = paradigm.training_noise(batch, generator)
+    noise = paradigm.training_noise(batch, generator, progress=step / config.steps)
     share = config.batch_size // world
     micro = config.micro_batch_size or share  # divides share: checked by `train`
     total = torch.zeros((), device=device)

@@ -534,3 +534,37 @@ def test_bd3lm_ltr_share_masks_a_suffix_of_every_block(
             targets = batch.is_target[b, block]
             assert _is_suffix(masked[b, block], targets), (b, start)
             assert masked[b, block].any() == targets.any(), (b, start)
+
+
+def test_mdlm_anneal_opens_the_canvas_from_causal_to_bidirectional(
+    make_tiny_model: Callable[..., Transformer],
+) -> None:
+    """`anneal`: at the first step every query sees only valid keys at or before it (the prompt
+    is causal anyway, so the whole mask is causal); once the annealed share of training is past,
+    the draw is the plain one (no `open` draw: the bidirectional canvas), and an all-open draw
+    gives that same mask; in between a later canvas key is visible with the opened share.
+    Evaluation never anneals."""
+    batch = make_batch(70)
+    paradigm = make_paradigm("mdlm", MDLMConfig(causal_prompt=True, anneal=0.5), mask_id=MASK_ID)
+    g = torch.Generator().manual_seed(0)
+    assert "open" not in paradigm.sample_noise(batch)
+    assert "open" not in paradigm.training_noise(batch, g, progress=0.5)
+    middle = paradigm.training_noise(batch, g, progress=0.2)["open"]
+    assert abs(middle.float().mean().item() - 0.4) < 0.05
+
+    def mask_of(noise: dict[str, torch.Tensor]) -> torch.Tensor:
+        spy = Spy(make_tiny_model(seed=13))
+        with torch.no_grad():
+            paradigm.loss(spy, batch, noise=noise)
+        return spy.calls[0][2][:, 0]  # (B, L, L)
+
+    start = paradigm.training_noise(batch, g, progress=0.0)
+    assert not start["open"].any()
+    plain = {k: v for k, v in start.items() if k != "open"}
+    at_start, bidirectional = mask_of(start), mask_of(plain)
+    for b in range(batch.tokens.shape[0]):
+        assert torch.equal(at_start[b], causal(L) & batch.valid[b][None]), b
+    assert not torch.equal(at_start, bidirectional)
+    assert torch.equal(mask_of(dict(plain, open=torch.ones_like(start["open"]))), bidirectional)
+    with pytest.raises(ValueError, match="anneal needs causal_prompt"):
+        MDLMConfig(anneal=0.5)

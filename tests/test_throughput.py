@@ -6,11 +6,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 import torch
 import yaml
 
+from setdiff import measure
 from setdiff.artifacts import LoadedModel, save_model_dir
+from setdiff.bench import throughput
 from setdiff.bench.throughput import Method, parse_config, sweep
 from setdiff.config import ConfigError
 from setdiff.model import ModelConfig, Transformer
@@ -61,6 +64,8 @@ def test_sweep_figures_and_batch1_identity() -> None:
         assert f["n_examples"] == len(RECORDS)
         assert f["identical_to_batch1"] is True
         assert f["accuracy"] == by[(paradigm, 1)]["accuracy"]  # same tokens, same score
+        assert f["score"] == by[(paradigm, 1)]["score"]
+        assert f["accuracy"] <= f["score"]  # exact match; the score gives partial credit
         assert f["new_tokens"] == by[(paradigm, 1)]["new_tokens"]
         assert f["tokens_per_second"] > 0 and f["cpu_seconds"] > 0
         assert f["batched_forwards"] <= f["nfe_mean"] * f["n_examples"]
@@ -140,6 +145,36 @@ def test_bench_stage_writes_the_throughput_sweep(tmp_path: Path) -> None:
         (m, b) for m in out["methods"] for b in (1, 4)
     }
     assert [(f["identical_to_batch1"], f["n_examples"]) for f in out["figures"]] == [(True, 5)] * 4
+
+
+def test_throughput_accuracy_is_the_bench_rows_exact_match(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the same test prompts the throughput sweep's accuracy of a configuration is the bench
+    rows' exact-match accuracy of that configuration (the tradeoff stage's measure), and its
+    score the rows' mean score, so the accuracy condition of a throughput ratio can be read off
+    either. Untrained models answer nothing right, so the task's scorer is replaced by one
+    that gives 0, 1/2 or 1 by the decoded text: exact match and mean score then differ."""
+
+    def scorer(task: str, text: str, record: dict[str, Any]) -> tuple[str, float]:
+        return text, (sum(text.encode()) % 3) / 2
+
+    monkeypatch.setattr(measure, "score_answer", scorer)
+    monkeypatch.setattr(throughput, "score_answer", scorer)
+    params = json.loads(json.dumps(STAGE_PARAMS))
+    params["bench"]["run"]["n_examples"] = params["bench"]["run"]["throughput"]["n_examples"] = 8
+    root = _repo(tmp_path, params)
+    _run(bench, root)
+    rows = pd.read_csv(root / "results/bench/arith.csv")
+    rows = rows[rows["regime"] == "latency"]
+    figures = json.loads((root / "results/throughput/arith.json").read_text())["figures"]
+    for f in figures:
+        label = f["config"] if f["paradigm"] != "ar" else "default"
+        exact = rows[(rows["paradigm"] == f["paradigm"]) & (rows["config"] == label)]["exact"]
+        assert len(exact) == 8, (f["method"], sorted(set(rows["config"])))
+        assert f["accuracy"] == pytest.approx(exact.mean()), f["method"]
+        assert f["score"] == pytest.approx(rows.loc[exact.index, "score"].mean()), f["method"]
+    assert any(f["accuracy"] < f["score"] for f in figures)  # the scorer's partial credit shows
 
 
 def test_bench_stage_throughput_off_and_unknown_config(tmp_path: Path) -> None:

@@ -168,8 +168,12 @@ class _Paradigm:
     def sample_noise(self, batch: Batch, generator: torch.Generator | None = None) -> Noise:
         return {}
 
-    def training_noise(self, batch: Batch, generator: torch.Generator | None = None) -> Noise:
-        """The draws of one training step (`setdiff.train`); evaluation uses `sample_noise`."""
+    def training_noise(
+        self, batch: Batch, generator: torch.Generator | None = None, *, progress: float = 1.0
+    ) -> Noise:
+        """The draws of one training step (`setdiff.train`; `progress`: the share of the
+        training steps already taken, for recipes that change over training); evaluation uses
+        `sample_noise`."""
         return self.sample_noise(batch, generator)
 
     def loss(

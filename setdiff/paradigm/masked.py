@@ -49,9 +49,20 @@ class MDLMConfig:
     the answer and all padding masked; `_suffix_draws`) instead of independently; the analog
     of `SetDLMConfig.ltr_share`. 0 = MDLM's independent masks alone."""
 
+    anneal: float = 0.0
+    """Attention annealing (DiffuLLaMA, Gong et al. 2024): over this share of the training
+    steps the answer canvas opens from causal to bidirectional, each canvas query seeing each
+    later canvas key with a probability rising linearly from 0 to 1 (needs `causal_prompt`).
+    0 = bidirectional from the first step; evaluation always uses the bidirectional canvas."""
+
     def __post_init__(self) -> None:
         check(0 <= self.eps < 1, f"eps must be in [0, 1), got {self.eps}")
         check(0 <= self.ltr_share <= 1, f"ltr_share must be in [0, 1], got {self.ltr_share}")
+        check(0 <= self.anneal <= 1, f"anneal must be in [0, 1], got {self.anneal}")
+        check(
+            self.anneal == 0 or self.causal_prompt,
+            "anneal needs causal_prompt: true (it opens the canvas after the causal prompt)",
+        )
 
 
 @frozen
@@ -118,10 +129,16 @@ class MDLM(_Paradigm):
         t = t * (1 - self.config.eps) + self.config.eps  # (B,)
         return {"t": t, "u": torch.rand(B, L, generator=generator)}
 
-    def training_noise(self, batch: Batch, generator: torch.Generator | None = None) -> Noise:
+    def training_noise(
+        self, batch: Batch, generator: torch.Generator | None = None, *, progress: float = 1.0
+    ) -> Noise:
         noise = self.sample_noise(batch, generator)
         if self.config.ltr_share > 0:
             noise["ltr"] = _draw_ltr(batch.tokens.shape[0], self.config.ltr_share, generator)
+        opened = progress / self.config.anneal if self.config.anneal > 0 else 1.0
+        if opened < 1:  # each later canvas key visible with probability `opened`
+            B, L = batch.tokens.shape
+            noise["open"] = torch.rand(B, L, L, generator=generator) < opened
         return noise
 
     def loss_with_noise(self, model: Transformer, batch: Batch, noise: Noise) -> LossOutput:
@@ -140,8 +157,10 @@ class MDLM(_Paradigm):
         masked = targets & (u < p_mask[:, None])
         xt = torch.where(masked, self.mask_id, tokens)
         if self.config.causal_prompt:
+            opened = noise["open"].to(tokens.device) if "open" in noise else None
             mod = make_key_padding_mask_mod(
-                make_prompt_causal_mask_mod(batch.context_len.to(tokens.device)), batch.valid
+                make_prompt_causal_mask_mod(batch.context_len.to(tokens.device), opened),
+                batch.valid,
             )
             mask = batched_training_mask(
                 mod, tokens.shape[0], L, kind=self.attention, device=tokens.device
@@ -176,7 +195,9 @@ class BD3LM(_Paradigm):
             "u": torch.rand(B, L, generator=generator),
         }
 
-    def training_noise(self, batch: Batch, generator: torch.Generator | None = None) -> Noise:
+    def training_noise(
+        self, batch: Batch, generator: torch.Generator | None = None, *, progress: float = 1.0
+    ) -> Noise:
         noise = self.sample_noise(batch, generator)
         if self.config.mask_every_block:
             noise["mask_every_block"] = torch.ones(batch.tokens.shape[0], dtype=torch.bool)
