@@ -147,3 +147,22 @@ def test_lr_schedule_warms_up_then_decays_to_the_floor() -> None:
     assert config.lr_at(100) == pytest.approx(0.1)
     values = [config.lr_at(s) for s in range(10, 101)]
     assert all(a >= b for a, b in zip(values, values[1:], strict=False))
+
+
+def test_training_noise_sees_the_share_of_steps_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`train` tells the paradigm how far training is (`progress`, what `MDLMConfig.anneal`
+    schedules on): step s of n draws its noise at s / n, and an annealed mdlm trains."""
+    from setdiff.paradigm.masked import MDLMConfig
+
+    paradigm = make_paradigm("mdlm", MDLMConfig(causal_prompt=True, anneal=0.5), mask_id=3)
+    seen: list[float] = []
+    draw = paradigm.training_noise
+
+    def spy(batch, generator=None, *, progress=1.0):  # noqa: ANN001, ANN202
+        seen.append(progress)
+        return draw(batch, generator, progress=progress)
+
+    monkeypatch.setattr(paradigm, "training_noise", spy)
+    config = TrainConfig(steps=4, batch_size=8, lr=3e-3, warmup_steps=1, eval_every=4)
+    train(fresh(), paradigm, copy_task(32), copy_task(32), config, show_progress=False)
+    assert seen == [0.0, 0.25, 0.5, 0.75]
