@@ -2,8 +2,8 @@
 
 Each sentence states one comparison with its uncertainty: answer accuracy per paradigm with a
 95% Wilson interval and the gap to AR in points; the headline speedup at matched accuracy with
-its bootstrap CI (from the tradeoff stage); the best backbone of the backbone study. Nothing is
-said about an input the run does not have.
+its bootstrap CI (from the tradeoff stage); the set-size study's accuracies; the best backbone
+of the backbone study. Nothing is said about an input the run does not have.
 """
 
 from __future__ import annotations
@@ -94,10 +94,41 @@ def backbone_sentences(backbone: pd.DataFrame) -> list[str]:
     return out
 
 
+def setsize_sentences(setsize: pd.DataFrame, evaluate: pd.DataFrame) -> list[str]:
+    """Per task and paradigm of the set-size study: each D's accuracy [95% CI] and gap to AR."""
+    if setsize.empty or "accuracy" not in setsize:
+        return []
+    ar = {}
+    if not evaluate.empty and "accuracy" in evaluate:
+        ar = {r.task: r.accuracy for r in evaluate.itertuples() if r.paradigm == "ar"}
+    out = []
+    for (task, paradigm), frame in sort_paradigms(setsize, then=("set_size",)).groupby(
+        ["task", "paradigm"], sort=False
+    ):
+        parts = []
+        for row in frame.to_dict("records"):
+            accuracy = float(row["accuracy"])
+            lo, hi = wilson_interval(accuracy, int(row["n_examples"]))
+            gap = "" if task not in ar else f", {100 * (accuracy - ar[task]):+.1f} pts vs ar"
+            window = row.get("window")
+            what = f"D = {row['set_size']:.0f}"
+            what += "" if window is None or window != window else f", W = {window:.0f}"
+            what += f" ({row['model']})" if isinstance(row.get("model"), str) else ""
+            parts.append(f"{what}: {accuracy:.3f} [{lo:.3f}, {hi:.3f}]{gap}")
+        out.append(f"{paradigm} at other set sizes on {task}: " + "; ".join(parts) + ".")
+    return out
+
+
 def findings(
-    evaluate: pd.DataFrame, comparisons: pd.DataFrame, backbone: pd.DataFrame
+    evaluate: pd.DataFrame,
+    comparisons: pd.DataFrame,
+    backbone: pd.DataFrame,
+    setsize: pd.DataFrame,
 ) -> list[str]:
     """Every sentence of the report's opening paragraph, in reading order."""
     return (
-        accuracy_sentences(evaluate) + speedup_sentences(comparisons) + backbone_sentences(backbone)
+        accuracy_sentences(evaluate)
+        + setsize_sentences(setsize, evaluate)
+        + speedup_sentences(comparisons)
+        + backbone_sentences(backbone)
     )

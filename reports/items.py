@@ -196,6 +196,23 @@ ITEMS: tuple[Item, ...] = (
         ),
     ),
     Item(
+        name="set_size",
+        title="Set size",
+        section=TRADEOFF,
+        needs=("setsize",),
+        make=lambda d: _when(
+            d.run.setsize,
+            lambda f: tables.setsize_table(f, d.run.evaluate, d.run.train, d.run.params),
+        ),
+        caption=(
+            "`setdiff setsize`: setdlm (window W = D) and bd3lm at other set sizes D than the main "
+            "run's, fine-tuned from the AR model or on from the main run's model "
+            "(`setsize.start`), and the main run's setdlm decoded at W = D without training; "
+            "greedy exact match on the evaluate stage's test prompts ± one run's binomial SE; "
+            "the gap is to the main run's AR."
+        ),
+    ),
+    Item(
         name="baseline_engines",
         title="Baseline engines",
         section=TRADEOFF,

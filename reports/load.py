@@ -47,6 +47,7 @@ KINDS: dict[str, str] = {
     "trials": "ablations/<task>/trials.csv or ablations/<task>/<study>/study.json",
     "backbone": "metrics/backbone/<task>.json",
     "seeds": "metrics/seeds/<task>.json",
+    "setsize": "metrics/setsize/<task>.json",
     "lmeval": "metrics/lmeval/<task>/summary.json",
     "batched": "results/throughput/<task>.json",
     "params": "params.yaml",
@@ -81,6 +82,8 @@ class Run:
     """The backbone study: one row per (task, variant), accuracies as the stage wrote them."""
     seeds: pd.DataFrame
     """Seed variance: one row per (task, paradigm): seeds, accuracies, mean, sd, binomial_se."""
+    setsize: pd.DataFrame
+    """Set-size study: one row per (task, paradigm, set size): accuracy, window, steps."""
     lmeval: pd.DataFrame
     """lm-eval vs our scorer: one row per (task, engine), as the lmeval stage wrote them."""
     batched: pd.DataFrame
@@ -277,6 +280,24 @@ def _load_seeds(root: Path, params: dict[str, Any], log: MissingLog) -> pd.DataF
     return pd.DataFrame(records)
 
 
+def _load_setsize(root: Path, params: dict[str, Any], log: MissingLog) -> pd.DataFrame:
+    """``metrics/setsize/<task>.json`` of the tasks the study lists or that exist."""
+    listed = _get(params, "study.setsize") or []
+    tasks = _union(listed, _stems(root / "metrics/setsize", ".json"))
+    if not tasks:
+        log.add("metrics/setsize/", "not run (study.setsize empty)", "setsize", optional=True)
+    records = []
+    for task in tasks:
+        path = f"metrics/setsize/{task}.json"
+        data, problem = read_json(root / path)
+        log.add(path, problem, "setsize")
+        rows = data.get("rows") if isinstance(data, dict) else None
+        for row in rows if isinstance(rows, list) else []:
+            if isinstance(row, dict):
+                records.append({"task": task, **row})
+    return pd.DataFrame(records)
+
+
 def _load_lmeval(root: Path, params: dict[str, Any], log: MissingLog) -> pd.DataFrame:
     """``metrics/lmeval/<task>/summary.json`` of the tasks params list or that exist."""
     tasks = _union(_get(params, "lmeval.tasks") or [], _subdirs(root / "metrics/lmeval"))
@@ -372,6 +393,7 @@ def load_run(root: Path | str) -> Run:
         trials=_load_trials(root, expect, log),
         backbone=_load_backbone(root, params, log),
         seeds=_load_seeds(root, params, log),
+        setsize=_load_setsize(root, params, log),
         lmeval=_load_lmeval(root, params, log),
         batched=_load_batched(root, expect, log),
         lock=_load_lock(root, log),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -316,6 +317,61 @@ def seeds_table(seeds: pd.DataFrame, evaluate: pd.DataFrame) -> pd.DataFrame:
                 "main run": ""
                 if _blank(own)
                 else f"{own:.3f} (seed {fmt(r.get('recipe_seed'), '.0f')})",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def setsize_table(
+    setsize: pd.DataFrame, evaluate: pd.DataFrame, train: pd.DataFrame, params: dict[str, Any]
+) -> pd.DataFrame:
+    """Accuracy per set size D and window W: the set-size study's rows beside the main run's
+    model (its own D, ``paradigm.<p>``, and W, ``decode.<p>``, from the evaluate stage), each
+    with its binomial SE and its gap to the main run's AR on the same test prompts."""
+    if setsize.empty:
+        return pd.DataFrame()
+    main: dict[tuple[str, str], float] = {}
+    if not evaluate.empty and "accuracy" in evaluate:
+        main = {(r.task, r.paradigm): r.accuracy for r in evaluate.itertuples()}
+    steps: dict[tuple[str, str], Any] = {}
+    if not train.empty and "steps" in train:
+        steps = {(r.task, r.paradigm): r.steps for r in train.itertuples()}
+    keys = {"setdlm": "set_size", "bd3lm": "block_size"}
+    records = setsize.to_dict("records")
+    for task, paradigm in sorted({(r["task"], r["paradigm"]) for r in records}):
+        own = main.get((task, paradigm))
+        size = ((params.get("paradigm") or {}).get(paradigm) or {}).get(keys.get(paradigm, ""))
+        window = ((params.get("decode") or {}).get(paradigm) or {}).get("window")
+        if own is not None and size is not None:
+            n = next(r["n_examples"] for r in records if r["task"] == task)
+            records.append(
+                {
+                    "task": task,
+                    "paradigm": paradigm,
+                    "set_size": size,
+                    "window": window if paradigm == "setdlm" else None,
+                    "accuracy": own,
+                    "n_examples": n,
+                    "steps": steps.get((task, paradigm)),
+                    "model": "main run",
+                }
+            )
+    rows = []
+    ordered = sort_paradigms(pd.DataFrame(records), then=("set_size", "window"))
+    for r in ordered.to_dict("records"):
+        acc, n = float(r["accuracy"]), r.get("n_examples")
+        se = math.sqrt(acc * (1 - acc) / n) if n else float("nan")
+        ar = main.get((r["task"], "ar"))
+        rows.append(
+            {
+                "task": r["task"],
+                "paradigm": r["paradigm"],
+                "D (trained)": fmt(r.get("set_size"), ".0f"),
+                "W": fmt(r.get("window"), ".0f"),
+                "accuracy": fmt_pm(acc, se),
+                "gap to AR (pts)": "" if ar is None else f"{100 * (acc - ar):+.1f}",
+                "steps": fmt(r.get("steps"), ".0f"),
+                "model": r.get("model") or "",
             }
         )
     return pd.DataFrame(rows)

@@ -31,6 +31,7 @@ STAGES: dict[str, str] = {
     "lmeval": "Answer accuracy through lm-evaluation-harness beside our scorer; metrics/lmeval/.",
     "backbone": "Backbone study: AR and setdlm accuracy per backbone variant; metrics/.",
     "seeds": "Seed variance: diffusion accuracy per training seed, mean and sd; metrics/.",
+    "setsize": "Set size: setdlm/bd3lm fine-tuned at other set sizes D, accuracy; metrics/.",
     "summary": "Headline numbers of a run (--write: record metrics/summary.json); ends make run.",
 }
 

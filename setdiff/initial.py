@@ -43,9 +43,13 @@ def initial_weights(
     init: Path | str | None,
     task: str,
     tokenizer: Path | None = None,
+    *,
+    paradigm: str = "ar",
 ) -> Transformer:
     """A fresh backbone; this task's trained AR weights when `init` is that model directory; or
     a pretrained Hugging Face checkpoint when `init` names one (``model.<task>.pretrained``).
+    `paradigm` is what a model directory must hold: AR for the paper's recipe; another paradigm
+    when a fine-tune continues from that paradigm's model (`setdiff.stages.setsize`).
 
     The global torch RNG is seeded with `seed` first in every case, so training that follows
     draws the same random numbers whichever source the weights came from.
@@ -63,12 +67,18 @@ def initial_weights(
         log.info("initialised from pretrained %s", init)
         return net
     if init is not None and not (init / "model.safetensors").exists():
-        raise ConfigError(f"train.{task}.init_from_ar is true but {init} has no trained AR model")
+        if paradigm == "ar":
+            raise ConfigError(
+                f"train.{task}.init_from_ar is true but {init} has no trained AR model"
+            )
+        raise ConfigError(f"{init} has no trained {paradigm} model to start from")
     net = Transformer(net_config)
     if init is not None:
-        trained = load_model(init, paradigm="ar", task=task, tokenizer=tokenizer).net
+        trained = load_model(init, paradigm=paradigm, task=task, tokenizer=tokenizer).net
         if trained.config != net_config:
-            raise ConfigError(f"{init}: AR model {trained.config} differs from model.{task}")
+            raise ConfigError(
+                f"{init}: {paradigm} model {trained.config} differs from model.{task}"
+            )
         net.load_state_dict(trained.state_dict())
         log.info("initialised from %s", init)
     return net

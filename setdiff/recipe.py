@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from setdiff.config import ConfigError, build, check, frozen, to_dict
 from setdiff.paradigm import PARADIGMS
@@ -103,5 +103,47 @@ class SeedStudyConfig:
         check(len(set(self.paradigms)) == len(self.paradigms), "paradigms: duplicates")
         check(len(self.seeds) > 0, "seeds must not be empty")
         check(len(set(self.seeds)) == len(self.seeds), f"seeds: duplicates in {list(self.seeds)}")
+        check(self.steps is None or self.steps >= 1, f"steps must be >= 1, got {self.steps}")
+        check(self.n_examples >= 1, f"n_examples must be >= 1, got {self.n_examples}")
+
+
+SET_SIZE_KEYS = {"setdlm": "set_size", "bd3lm": "block_size"}
+"""The ``paradigm.<p>`` field that is the set size D of each paradigm that has one."""
+
+
+@frozen
+class SetSizeStudyConfig:
+    """``setsize``: set diffusion at other set sizes D than ``paradigm.<p>``'s, fine-tuned with
+    the ``train.<task>`` recipe otherwise unchanged (the set-size study; the main run's models
+    are the preset's own D)."""
+
+    paradigms: tuple[str, ...] = ("setdlm",)
+    """setdlm (``set_size`` D, decoded at window W = D) and bd3lm (``block_size`` S = D)."""
+    set_sizes: tuple[int, ...] = (2,)
+    """The set sizes trained (one model per paradigm and size)."""
+    start: Literal["ar", "main"] = "ar"
+    """Where each fine-tune starts: ``ar``, the task's AR model (the paper's recipe, as the main
+    run's models); ``main``, the main run's model of the paradigm (``models/<task>/<p>``, trained
+    at the preset's D), continued at D."""
+    steps: int | None = None
+    """Fine-tuning steps; None = the paradigm's own ``train.<task>`` recipe steps."""
+    lr: float | None = None
+    """Peak learning rate; None = the paradigm's own recipe's."""
+    decode_main: bool = True
+    """Also decode the main run's setdlm model at window W = D, untrained at D: what the
+    window alone gives, beside what training at D adds."""
+    n_examples: int = 500
+    """Test prompts decoded greedily per model (the first ones)."""
+
+    def __post_init__(self) -> None:
+        check(self.start in ("ar", "main"), f"start must be ar|main, got {self.start!r}")
+        check(self.lr is None or self.lr > 0, f"lr must be > 0, got {self.lr}")
+        bad = [p for p in self.paradigms if p not in SET_SIZE_KEYS]
+        check(not bad, f"paradigms: {bad} have no set size; use {list(SET_SIZE_KEYS)}")
+        check(len(self.paradigms) > 0, "paradigms must not be empty")
+        check(len(set(self.paradigms)) == len(self.paradigms), "paradigms: duplicates")
+        check(len(self.set_sizes) > 0, "set_sizes must not be empty")
+        check(min(self.set_sizes) >= 1, f"set_sizes must be >= 1, got {list(self.set_sizes)}")
+        check(len(set(self.set_sizes)) == len(self.set_sizes), "set_sizes: duplicates")
         check(self.steps is None or self.steps >= 1, f"steps must be >= 1, got {self.steps}")
         check(self.n_examples >= 1, f"n_examples must be >= 1, got {self.n_examples}")

@@ -30,6 +30,8 @@ class StudyConfig:
     """Answer tasks the backbone study (``backbone`` section) runs on: ``backbone@<task>``."""
     seeds: tuple[str, ...] = ()
     """Answer tasks the seed-variance study (``seeds`` section) runs on: ``seeds@<task>``."""
+    setsize: tuple[str, ...] = ()
+    """Answer tasks the set-size study (``setsize`` section) runs on: ``setsize@<task>``."""
 
     def __post_init__(self) -> None:
         check(len(self.tasks) > 0, "tasks must not be empty")
@@ -43,7 +45,7 @@ class StudyConfig:
             list(self.diffusion) == expected,
             f"diffusion must list paradigms without ar, in order: {expected}",
         )
-        for name in ("floor", "ablate", "textgen", "backbone", "seeds"):
+        for name in ("floor", "ablate", "textgen", "backbone", "seeds", "setsize"):
             outside = [t for t in getattr(self, name) if t not in self.tasks]
             check(not outside, f"{name}: {outside} not in tasks {list(self.tasks)}")
         check(

@@ -16,7 +16,12 @@ from setdiff.lmeval.config import LmevalConfig
 from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.params import Params
 from setdiff.preset import Preset
-from setdiff.recipe import BackboneStudyConfig, SeedStudyConfig, TaskTrainConfig
+from setdiff.recipe import (
+    BackboneStudyConfig,
+    SeedStudyConfig,
+    SetSizeStudyConfig,
+    TaskTrainConfig,
+)
 from setdiff.search import validate_ablation
 from setdiff.study import StudyConfig
 from setdiff.tasks import ANSWER_TASKS, DataConfig
@@ -39,6 +44,7 @@ TOP_LEVEL = (
     "ablation",
     "backbone",
     "seeds",
+    "setsize",
     "lmeval",
 )
 """Every top-level key a preset may hold (each is read by some stage)."""
@@ -66,18 +72,20 @@ def validate(params: Params | Preset) -> StudyConfig:
         _check_decode(preset, name, preset.decode(name), f"decode.{name}")
     answer_only = [
         t
-        for t in (*study.floor, *study.ablate, *study.backbone, *study.seeds)
+        for t in (*study.floor, *study.ablate, *study.backbone, *study.seeds, *study.setsize)
         if t not in ANSWER_TASKS
     ]
     if answer_only:
         raise ConfigError(
-            f"{path}: study.floor/ablate/backbone/seeds: {answer_only} have no checkable "
+            f"{path}: study.floor/ablate/backbone/seeds/setsize: {answer_only} have no checkable "
             f"answers ({sorted(ANSWER_TASKS)})"
         )
     if "backbone" in preset or study.backbone:
         preset.section("backbone", BackboneStudyConfig)
     if "seeds" in preset or study.seeds:
         _validate_seeds(preset, study)
+    if "setsize" in preset or study.setsize:
+        _validate_setsize(preset, study)
     if study.ablate and "ablation" not in preset:
         raise ConfigError(f"{path}: study.ablate lists {list(study.ablate)}: add ablation")
     _validate_bench(preset, study)
@@ -107,6 +115,14 @@ def _validate_seeds(preset: Preset, study: StudyConfig) -> None:
     outside = [p for p in seeds.paradigms if p not in study.paradigms]
     if outside:
         raise ConfigError(f"{preset.path}: seeds.paradigms: {outside} not in study.paradigms")
+
+
+def _validate_setsize(preset: Preset, study: StudyConfig) -> None:
+    """``setsize`` (required when ``study.setsize`` lists a task): its paradigms are trained."""
+    setsize = preset.section("setsize", SetSizeStudyConfig)
+    outside = [p for p in setsize.paradigms if p not in study.paradigms]
+    if outside:
+        raise ConfigError(f"{preset.path}: setsize.paradigms: {outside} not in study.paradigms")
 
 
 def _validate_lmeval(preset: Preset, study: StudyConfig) -> None:

@@ -351,6 +351,14 @@ SEEDS = {
         }
     },
 }
+SETSIZE = {
+    "task": "arith",
+    "n_examples": 200,
+    "rows": [
+        {"paradigm": "setdlm", "set_size": 2, "window": 2, "accuracy": 0.93, "n_examples": 200,
+         "steps": 300, "seed": 0},
+    ],
+}  # fmt: skip
 LMEVAL = {
     "task": "arith",
     "n_examples": 20,
@@ -414,6 +422,7 @@ def write_run(root: Path, seed: int = 0, speed: float = 1.0, preset: str = "test
     _write(root / "ablations/arith/trials.csv", _trials(rng).to_csv(index=False))
     _json(root / "metrics/backbone/arith.json", BACKBONE)
     _json(root / "metrics/seeds/arith.json", SEEDS)
+    _json(root / "metrics/setsize/arith.json", SETSIZE)
     _json(root / "metrics/lmeval/arith/summary.json", LMEVAL)
     _json(root / "results/throughput/arith.json", {"task": "arith", "figures": BATCHED})
     lock = {
@@ -1145,12 +1154,28 @@ def test_findings_state_accuracy_gaps_speedup_and_backbone(derived: Derived) -> 
             "n_answers": [500, 500, 500],
         }
     )
-    lines = findings.findings(evaluate, derived.run.comparisons, derived.run.backbone)
+    setsize = pd.DataFrame(
+        {
+            "task": ["arith"] * 2,
+            "paradigm": ["setdlm"] * 2,
+            "set_size": [8, 2],
+            "window": [8, 2],
+            "accuracy": [0.7, 0.85],
+            "n_examples": [500, 500],
+            "model": ["fine-tuned from AR"] * 2,
+        }
+    )
+    lines = findings.findings(evaluate, derived.run.comparisons, derived.run.backbone, setsize)
     assert lines[0].startswith("Answer accuracy on arith (500 test prompts, greedy): ar 0.900 [")
     assert "setdlm 0.850 [0.816, 0.879], -5.0 pts vs ar" in lines[0]
     assert "mdlm 0.500" in lines[0] and lines[0].index("mdlm") < lines[0].index("setdlm")
-    assert lines[1].startswith("setdlm decodes 1.80× [95% CI 1.50–2.10] as many tokens/s")
-    assert "`4-heads` (-1.0 pts" in lines[2] and "`base` (-20.0 pts)" in lines[2]
+    assert lines[1] == (
+        "setdlm at other set sizes on arith: D = 2, W = 2 (fine-tuned from AR): 0.850 "
+        "[0.816, 0.879], -5.0 pts vs ar; D = 8, W = 8 (fine-tuned from AR): 0.700 "
+        "[0.658, 0.739], -20.0 pts vs ar."
+    )
+    assert lines[2].startswith("setdlm decodes 1.80× [95% CI 1.50–2.10] as many tokens/s")
+    assert "`4-heads` (-1.0 pts" in lines[3] and "`base` (-20.0 pts)" in lines[3]
     lo, hi = findings.wilson_interval(0.0, 10)
     assert lo == 0.0 and 0.27 < hi < 0.29  # the Wilson interval, not the degenerate normal one
 
@@ -1159,3 +1184,10 @@ def test_report_opens_with_what_the_run_shows(built: Path) -> None:
     text = (built / "report.md").read_text()
     assert text.index("What this run shows") < text.index("Speed")
     assert "setdlm decodes 1.80×" in text
+    assert "setdlm at other set sizes on arith: D = 2, W = 2: 0.930 [" in text
+
+
+def test_report_has_the_set_size_table(built: Path) -> None:
+    text = (built / "report.md").read_text()
+    section = text[text.index("Set size") :]
+    assert "0.930 ± 0.018" in section[:3000] and "main run" in section[:3000]

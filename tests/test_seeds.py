@@ -10,6 +10,7 @@ import pytest
 import yaml
 from safetensors.torch import load_file
 
+from setdiff import retrain
 from setdiff.config import ConfigError
 from setdiff.stages import prepare, seeds, tokenize
 from setdiff.stages import train as train_stage
@@ -47,7 +48,7 @@ def test_two_seeds_their_summary_and_finished_cells_are_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     trained: list[int] = []
-    original = seeds.train
+    original = retrain.train
     weights: list[dict[str, Any]] = []
 
     def spy(net, paradigm, train_split, valid_split, config):  # type: ignore[no-untyped-def]
@@ -56,7 +57,7 @@ def test_two_seeds_their_summary_and_finished_cells_are_kept(
         weights.append(result.weights)
         return result
 
-    monkeypatch.setattr(seeds, "train", spy)
+    monkeypatch.setattr(retrain, "train", spy)
     metrics = _run(tmp_path, PARAMS)
     assert trained == [1, 2]
     cells = tmp_path / "results" / "seeds" / "arith"

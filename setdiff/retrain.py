@@ -1,0 +1,240 @@
+"""Fine-tune a diffusion paradigm again from the task's AR model and score it: the cells of the
+seed-variance (``setdiff seeds``) and set-size (``setdiff setsize``) stages.
+
+A `Cell` is one model: the ``train.<task>`` recipe of its paradigm with some fields replaced
+(the training seed, the steps), its ``paradigm.<p>`` config with some replaced (the set size),
+and its ``decode.<p>`` options. `run` trains it exactly as the train stage does (same starting
+weights, ``models/<task>/ar`` under the paper's recipe) and decodes the first test prompts
+greedily, as the evaluate stage does, recording exact-match accuracy. Two differences from the
+train stage, neither of which changes the weights: no accuracy curve (``train.<task>.curve``
+decodes validation prompts between steps through its own generators) and no resumable
+checkpoint (a cell is minutes; a killed cell is retrained).
+
+Each finished cell is written at once to ``results/<study>/<task>/<cell>.json`` with the hash
+of its inputs (its configs, the decode options, the prompts, and the hashes of the AR model and
+of the data); a re-run skips every cell whose hash matches, so a kill loses no finished cell.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from setdiff.artifacts import LoadedModel, sha256_bytes, write_json
+from setdiff.batching import ArraySplit
+from setdiff.config import ConfigError, build, to_dict
+from setdiff.evaluate import answer_rows
+from setdiff.initial import initial_source, initial_weights
+from setdiff.model import ModelConfig
+from setdiff.paradigm import PARADIGMS, make_paradigm
+from setdiff.preset import Preset
+from setdiff.recipe import TaskTrainConfig
+from setdiff.tasks import read_records
+from setdiff.tokenizer import Tokenizer, load_tokenizer
+from setdiff.train import TrainConfig, train
+
+log = logging.getLogger(__name__)
+
+
+class Layout(Protocol):
+    """Where a task's files are (`setdiff.stages.common.Layout`)."""
+
+    task: str
+
+    @property
+    def raw(self) -> Path: ...
+
+    @property
+    def tokenizer(self) -> Path: ...
+
+    def encoded(self, split: str) -> Path: ...
+
+    def model(self, paradigm: str | None = None) -> Path: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Cell:
+    """One model: what it is trained and decoded with."""
+
+    name: str
+    """Its file name under ``results/<study>/<task>/`` (``setdlm-1``, ``setdlm-d2``)."""
+    paradigm: str
+    train: TrainConfig
+    paradigm_config: Any
+    """The paradigm's config record (``paradigm.<p>`` with the cell's replacements)."""
+    decode: Mapping[str, Any]
+    start: Path | None = None
+    """A model directory of this paradigm to fine-tune from instead of `Data.source` (the AR
+    model): the main run's model, continued at another set size."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Data:
+    """What every cell of a task reads: data, tokenizer, test prompts, starting weights."""
+
+    task: str
+    tokenizer: Tokenizer
+    tokenizer_path: Path
+    train: ArraySplit
+    valid: ArraySplit
+    records: list[dict[str, Any]]
+    net_config: ModelConfig
+    source: Path | str | None
+    """The starting weights (`setdiff.initial.initial_source`)."""
+
+
+def make_cell(
+    preset: Preset,
+    recipe: TaskTrainConfig,
+    paradigm: str,
+    *,
+    name: str,
+    where: str,
+    train: Mapping[str, Any] | None = None,
+    paradigm_config: Mapping[str, Any] | None = None,
+    decode: Mapping[str, Any] | None = None,
+    start: Path | None = None,
+) -> Cell:
+    """The recipe, ``paradigm.<p>`` config and ``decode.<p>`` options of `paradigm` with these
+    fields replaced; every option checked (one line naming `where`) before any compute."""
+    fields = {**to_dict(recipe.for_paradigm(paradigm)), **(train or {})}
+    config = build(TrainConfig, fields, f"{preset.path}: {where}")
+    if paradigm_config:
+        raw = {**to_dict(preset.paradigm(paradigm)), **paradigm_config}
+        options = build(PARADIGMS[paradigm][0], raw, f"{preset.path}: {where}: paradigm.{paradigm}")
+    else:
+        options = preset.paradigm(paradigm)
+    decoding = {**preset.decode(paradigm), **(decode or {})}
+    try:
+        make_paradigm(paradigm, options, mask_id=0).decode_policy(dict(decoding))
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{preset.path}: {where}: decode.{paradigm}: {err}") from None
+    return Cell(name, paradigm, config, options, decoding, start)
+
+
+def load_data(preset: Preset, layout: Layout, recipe: TaskTrainConfig, n_examples: int) -> Data:
+    tokenizer = load_tokenizer(layout.tokenizer)
+    train_split, valid_split = (ArraySplit.load(layout.encoded(s)) for s in ("train", "valid"))
+    model_spec = preset.section(f"model.{layout.task}")
+    source = initial_source(
+        "setdlm",  # any diffusion paradigm: the rule is the same for all of them
+        init_from_ar=recipe.init_from_ar,
+        ar_model=layout.model("ar"),
+        pretrained=model_spec.pretrained,
+    )
+    return Data(
+        task=layout.task,
+        tokenizer=tokenizer,
+        tokenizer_path=layout.tokenizer,
+        train=train_split,
+        valid=valid_split,
+        records=read_records(layout.raw / "test.jsonl", layout.task)[:n_examples],
+        net_config=model_spec.config(tokenizer.vocab_size, train_split.seq_len),
+        source=source,
+    )
+
+
+def input_hashes(layout: Layout, data: Data) -> dict[str, Any]:
+    """sha256 of the starting weights and of the data a cell reads (its results depend on them),
+    with the backbone config."""
+    files = {
+        "train": layout.encoded("train"),
+        "valid": layout.encoded("valid"),
+        "tokenizer": layout.tokenizer,
+    }
+    hashes: dict[str, Any] = {k: sha256_bytes(p.read_bytes()) for k, p in files.items()}
+    hashes["prompts"] = _digest(data.records)
+    if isinstance(data.source, Path):
+        hashes["init"] = weights_hash(
+            data.source,
+            f"train.{data.task}.init_from_ar is true but {data.source} has no trained AR model",
+        )
+    else:
+        hashes["init"] = data.source  # a pretrained id, or None (random weights)
+    return {"inputs": hashes, "model": to_dict(data.net_config)}
+
+
+def weights_hash(model_dir: Path, missing: str) -> str:
+    """sha256 of a model directory's weights; `missing` is the error when it has none."""
+    weights = model_dir / "model.safetensors"
+    if not weights.exists():
+        raise ConfigError(missing)
+    return sha256_bytes(weights.read_bytes())
+
+
+def cached_run(out_dir: Path, cell: Cell, data: Data, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The stored row of `cell` when it was computed for this exact spec, else a fresh one."""
+    spec = {
+        "train": to_dict(cell.train),
+        "paradigm": to_dict(cell.paradigm_config),
+        "decode": dict(cell.decode),
+        **inputs,
+    }
+    if cell.start is not None:
+        spec["start"] = weights_hash(cell.start, f"{cell.start} has no trained model to start from")
+    return cached(out_dir / f"{cell.name}.json", spec, lambda: run(cell, data))
+
+
+def _digest(spec: Any) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def cached(path: Path, spec: dict[str, Any], compute: Callable[[], dict[str, Any]]) -> dict:
+    """The row stored at `path` when it was computed for this exact `spec`, else `compute()`,
+    written there at once (so a kill loses no finished row)."""
+    if path.exists():
+        stored = json.loads(path.read_text())
+        if stored.get("spec_hash") == _digest(spec):
+            log.info("%s already done (%s)", path.stem, path)
+            return stored["row"]
+    row = compute()
+    write_json(path, {"spec_hash": _digest(spec), "row": row})
+    return row
+
+
+def run(cell: Cell, data: Data) -> dict[str, Any]:
+    """Train one cell from the starting weights and score it on the test prompts."""
+    tic = time.perf_counter()
+    config = cell.train
+    start, kind = (data.source, "ar") if cell.start is None else (cell.start, cell.paradigm)
+    net = initial_weights(
+        data.net_config, config.seed, start, data.task, data.tokenizer_path, paradigm=kind
+    )
+    paradigm = make_paradigm(
+        cell.paradigm,
+        cell.paradigm_config,
+        mask_id=data.tokenizer.mask_id,
+        attention=config.attention,
+    )
+    result = train(net, paradigm, data.train, data.valid, config)
+    net.load_state_dict(result.weights)
+    model = LoadedModel(net=net.eval(), paradigm=paradigm, tokenizer=data.tokenizer, path=Path())
+    row = {
+        "paradigm": cell.paradigm,
+        "seed": config.seed,
+        **score(model, data, cell.decode),
+        "steps": result.steps,
+        "final_eval_loss": result.final_eval_loss,
+        "seconds": round(time.perf_counter() - tic, 1),
+    }
+    log.info("%s: %s", cell.name, row)
+    return row
+
+
+def score(model: LoadedModel, data: Data, decode: Mapping[str, Any]) -> dict[str, Any]:
+    """Greedy exact-match accuracy on the test prompts, as the evaluate stage scores them."""
+    scored = answer_rows(
+        model,
+        data.records,
+        task=data.task,
+        seq_len=data.train.seq_len,
+        decode_options=dict(decode),
+        show_progress=False,
+    )
+    return {"accuracy": sum(r["exact"] for r in scored) / len(scored), "n_examples": len(scored)}

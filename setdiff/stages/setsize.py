@@ -1,0 +1,115 @@
+"""DVC stage ``setsize``: set diffusion's accuracy at other set sizes D than the main run's.
+
+``setdiff setsize --task arith`` reads the ``setsize`` section (paradigms, set sizes, steps,
+test prompts), ``train.<task>``, ``paradigm.<p>``, ``decode.<p>`` and ``model.<task>``. For every
+(paradigm, D) cell it fine-tunes that paradigm from the task's AR model exactly as the train
+stage does, with only its set size replaced (setdlm's ``set_size``, decoded at window W = D as
+the paper pairs them; bd3lm's ``block_size``) and ``steps`` when given, then decodes the first
+``n_examples`` test prompts greedily with ``decode.<p>``, recording exact-match accuracy: the
+smaller sets the default run does not train, measured on the prompts its evaluate stage scores.
+
+Cells are trained, scored and kept as `setdiff.retrain` does
+(``results/setsize/<task>/<paradigm>-d<D>.json``; a re-run skips every finished cell whose
+inputs are unchanged). ``metrics/setsize/<task>.json`` lists one row per cell; the report joins
+the main run's accuracies (``metrics/evaluate/<task>/{ar,<p>}.json``) for the gap to AR.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from setdiff import retrain
+from setdiff.artifacts import load_model, write_json
+from setdiff.config import ConfigError
+from setdiff.preset import Preset, load_preset
+from setdiff.recipe import SET_SIZE_KEYS, SetSizeStudyConfig, TaskTrainConfig
+from setdiff.stages.common import Layout, parse_args, setup_logging
+from setdiff.tasks import ANSWER_TASKS
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv, "Set size: diffusion accuracy per set size D.", paradigm=False)
+    setup_logging()
+    preset = load_preset(args.params)
+    study = preset.section("setsize", SetSizeStudyConfig)
+    if args.task not in ANSWER_TASKS:
+        raise ConfigError(
+            f"--task: {args.task!r} has no answers to score; use {sorted(ANSWER_TASKS)}"
+        )
+    recipe: TaskTrainConfig = preset.section(f"train.{args.task}", TaskTrainConfig)
+    cells = [
+        _cell(preset, recipe, study, p, d, args.task, args.root)
+        for p in study.paradigms
+        for d in study.set_sizes
+    ]
+    layout = Layout(args.root, args.task)
+    data = retrain.load_data(preset, layout, recipe, study.n_examples)
+    inputs = retrain.input_hashes(layout, data)
+    out_dir = Path(args.root) / "results" / "setsize" / args.task
+    rows = []
+    for cell in cells:
+        row = retrain.cached_run(out_dir, cell, data, inputs)
+        size = getattr(cell.paradigm_config, SET_SIZE_KEYS[cell.paradigm])
+        model = "fine-tuned from AR" if study.start == "ar" else "main run's model, fine-tuned on"
+        rows.append({**row, "set_size": size, "window": cell.decode.get("window"), "model": model})
+        if cell.paradigm == "setdlm" and study.decode_main:
+            main_size = preset.paradigm("setdlm").set_size
+            rows.append(
+                {**_decode_main(layout, data, inputs, cell, out_dir), "set_size": main_size}
+            )
+    summary = {
+        "task": args.task,
+        "n_examples": len(data.records),
+        "start": study.start,
+        "main_set_size": {
+            p: getattr(preset.paradigm(p), SET_SIZE_KEYS[p]) for p in study.paradigms
+        },
+        "rows": rows,
+    }
+    write_json(Path(args.root) / "metrics" / "setsize" / f"{args.task}.json", summary)
+
+
+def _decode_main(
+    layout: Layout, data: retrain.Data, inputs: dict[str, Any], cell: retrain.Cell, out_dir: Path
+) -> dict[str, Any]:
+    """The main run's model of `cell`'s paradigm decoded with `cell`'s options (W = D)."""
+    path = layout.model(cell.paradigm)
+    missing = f"{path} has no trained {cell.paradigm} model (run the train stage first)"
+    spec = {"decode": dict(cell.decode), "main": retrain.weights_hash(path, missing), **inputs}
+
+    def compute() -> dict[str, Any]:
+        model = load_model(
+            path, paradigm=cell.paradigm, task=data.task, tokenizer=data.tokenizer_path
+        )
+        return {"paradigm": cell.paradigm, **retrain.score(model, data, cell.decode)}
+
+    row = retrain.cached(out_dir / f"{cell.name}-main.json", spec, compute)
+    return {**row, "window": cell.decode.get("window"), "model": "main run's model, decoded only"}
+
+
+def _cell(
+    preset: Preset,
+    recipe: TaskTrainConfig,
+    study: SetSizeStudyConfig,
+    paradigm: str,
+    size: int,
+    task: str,
+    root: str,
+) -> retrain.Cell:
+    """`paradigm` at set size `size` (setdlm decoded at window W = D); options checked first."""
+    decode: dict[str, Any] = {"window": size} if paradigm == "setdlm" else {}
+    return retrain.make_cell(
+        preset,
+        recipe,
+        paradigm,
+        name=f"{paradigm}-d{size}",
+        where=f"setsize (train.{task}, {paradigm}, D = {size})",
+        paradigm_config={SET_SIZE_KEYS[paradigm]: size},
+        decode=decode,
+        train={
+            **({} if study.steps is None else {"steps": study.steps}),
+            **({} if study.lr is None else {"lr": study.lr}),
+        },
+        start=Layout(root, task).model(paradigm) if study.start == "main" else None,
+    )
