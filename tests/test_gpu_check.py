@@ -29,6 +29,12 @@ def _run(device: str, tmp_path: Path) -> dict:
             "16",
             "--repeats",
             "1",
+            "--context",
+            "16",
+            "--batch-sizes",
+            "1,3",
+            "--n-prompts",
+            "5",
             "--out",
             str(out),
         ]
@@ -44,7 +50,16 @@ def _check(report: dict) -> None:
     assert report["train"]["setdlm"]["max_loss_diff_vs_sdpa_eager"] == 0.0
     for name, r in report["cache"].items():
         assert r["same_tokens"] and r["max_logit_diff"] < 1e-4, name
-    assert {"ar", "bd3lm", "setdlm"} <= set(report["decode"])
+    assert {"ar", "bd3lm", "setdlm", "setdlm_recompute"} <= set(report["decode"])
+    assert report["decode"]["cached_vs_recompute"] > 0
+    step = report["step"]
+    # The compiled forward computes the eager one (float32: rounding only).
+    assert step["max_logit_diff_compiled_ar"] < 1e-4 and step["max_logit_diff_compiled_set"] < 1e-4
+    assert step["set_inputs"] == 8 and step["step_cost_ratio"] > 0
+    batched = report["batched"]
+    for method in ("ar", "setdlm_tau0.9"):  # rows of a batch of 3 (5 prompts: 3 + 2) = batch 1
+        assert all(r["rows_equal_smallest_batch"] for r in batched[method].values()), method
+    assert batched["setdlm_tau0.9"]["3"]["ratio_to_ar"] > 0
 
 
 @pytest.mark.slow

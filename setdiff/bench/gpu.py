@@ -11,13 +11,23 @@ Runs in a few minutes on one GPU (and, for checking the script itself, on CPU wi
 - ``cache``: per paradigm, tokens of ``use_cache=True`` vs ``use_cache=False`` decoding on the
   device (float32) and the max logit difference;
 - ``decode``: batch-1 decode of ``--new-tokens`` tokens for ar / bd3lm / setdlm (threshold off
-  and 0.9), timed with CUDA events (perf_counter on CPU), interleaved, median of ``--repeats``.
+  and 0.9) and setdlm recomputing every forward (``cached_vs_recompute``), timed with CUDA events
+  (perf_counter on CPU), interleaved, median of ``--repeats``;
+- ``step``: one forward against a fixed cache of ``--context`` entries, AR (1 input) and a set
+  step (2W inputs, the decode mask), eager and through ``torch.compile`` (one fixed shape), per
+  forward: ``step_cost_ratio`` (set over AR) eager and compiled, the compiled speedup, and the
+  compiled logits' largest difference to eager;
+- ``batched``: ``generate_batch`` throughput (all rows' new tokens over wall time) of ar and
+  setdlm (threshold 0.9) on ``--n-prompts`` prompts of mixed lengths at each of
+  ``--batch-sizes``, the ratio to ar at the same batch size, and whether every row equals its
+  batch-1 decode.
 Weights are random: this checks the GPU paths and their speed, not model quality.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import statistics
@@ -27,9 +37,12 @@ import torch
 
 from setdiff.artifacts import write_json
 from setdiff.batching import ArraySplit
+from setdiff.kv_cache import KVCache
+from setdiff.masks import decode_mask
 from setdiff.measure import timed
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import PARADIGMS, make_paradigm
+from setdiff.sampling.batch import generate_batch
 from setdiff.sampling.loop import generate
 
 MASK_ID = 3
@@ -175,6 +188,7 @@ def check_decode(
         "bd3lm": ("bd3lm", {"threshold": "off"}),
         "setdlm": ("setdlm", {"window": 4}),
         "setdlm_tau0.9": ("setdlm", {"window": 4, "threshold": 0.9}),
+        "setdlm_recompute": ("setdlm", {"window": 4, "use_cache": False}),
     }
     prompt = [1] + list(range(4, 36))
     times: dict[str, list[float]] = {k: [] for k in cases}
@@ -200,7 +214,125 @@ def check_decode(
     }
     for key in cases:
         out[key]["speed_vs_ar"] = out[key]["tokens_per_second"] / out["ar"]["tokens_per_second"]
+    out["cached_vs_recompute"] = out["setdlm_recompute"]["seconds"] / out["setdlm"]["seconds"]
     return out
+
+
+def check_step(
+    config: ModelConfig, device: torch.device, context: int, window: int, repeats: int
+) -> dict[str, Any]:
+    """One AR forward (1 input) and one set step (2W inputs, the decode mask) against the same
+    cache of `context` entries, eager and compiled (the same shape every call, so one graph per
+    step kind); 20 forwards per timing, interleaved, median of `repeats` rounds after a warm-up
+    round that also compiles."""
+    torch.manual_seed(0)
+    net = Transformer(config).to(device).eval()
+    compiled = torch.compile(net, dynamic=False)
+    cache = KVCache.for_model(net, context + 2 * window)
+    g = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        prefix = torch.randint(4, config.vocab_size, (1, context), generator=g).to(device)
+        net(prefix, torch.arange(context, device=device)[None], None, cache)
+        cache.commit(torch.arange(context, device=device))
+        groups = torch.arange(context + window, device=device)
+        eye = torch.eye(window, dtype=torch.bool, device=device)
+        mask = decode_mask(groups, window, eye)
+        tokens = torch.randint(4, config.vocab_size, (1, 2 * window), generator=g).to(device)
+        positions = torch.arange(context, context + 2 * window, device=device)[None]
+        inputs = {
+            "ar": (tokens[:, :1], positions[:, :1], None),
+            "set": (tokens, positions, mask),
+        }
+        fns = {
+            f"{kind}{'_compiled' if c else ''}": (compiled if c else net, args)
+            for kind, args in inputs.items()
+            for c in (False, True)
+        }
+        diff = {}
+        for kind, args in inputs.items():
+            eager_logits, compiled_logits = net(*args, cache), compiled(*args, cache)
+            diff[kind] = float((eager_logits - compiled_logits).abs().max())
+        times: dict[str, list[float]] = {k: [] for k in fns}
+        for _ in range(repeats + 1):
+            for key, (model, args) in fns.items():
+                _, seconds = timed(
+                    lambda m=model, a=args: [m(*a, cache) for _ in range(20)], device
+                )
+                times[key].append(seconds / 20)
+    step = {k: statistics.median(v[1:]) for k, v in times.items()}
+    return {
+        "context": context,
+        "set_inputs": 2 * window,
+        **{f"{k}_step_seconds": v for k, v in step.items()},
+        "step_cost_ratio": step["set"] / step["ar"],
+        "step_cost_ratio_compiled": step["set_compiled"] / step["ar_compiled"],
+        "compiled_speedup_ar": step["ar"] / step["ar_compiled"],
+        "compiled_speedup_set": step["set"] / step["set_compiled"],
+        "max_logit_diff_compiled_ar": diff["ar"],
+        "max_logit_diff_compiled_set": diff["set"],
+    }
+
+
+def check_batched(
+    config: ModelConfig,
+    device: torch.device,
+    batch_sizes: list[int],
+    n_prompts: int,
+    new_tokens: int,
+) -> dict[str, Any]:
+    """`generate_batch` tokens/s of ar and setdlm (W = 4, threshold 0.9) on the same prompts of
+    mixed lengths at each batch size; every row checked against its batch-1 decode."""
+    torch.manual_seed(0)
+    net = Transformer(config).to(device).eval()
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(8, 41, (n_prompts,), generator=g).tolist()
+    prompts = [
+        [1, *torch.randint(4, config.vocab_size, (n,), generator=g).tolist()] for n in lengths
+    ]
+    methods = {"ar": ("ar", {}), "setdlm_tau0.9": ("setdlm", {"window": 4, "threshold": 0.9})}
+    out: dict[str, Any] = {"n_prompts": n_prompts, "new_tokens": new_tokens}
+    for key, (name, opts) in methods.items():
+        paradigm = make_paradigm(name, mask_id=MASK_ID)
+        rows: dict[int, list[list[int]]] = {}
+        seconds: dict[int, float] = {}
+        for b in batch_sizes:
+            decode = functools.partial(_decode_all, net, prompts, b, new_tokens, paradigm, opts)
+            decode()  # warm-up, excluded
+            rows[b], seconds[b] = timed(decode, device)
+        one = rows[min(batch_sizes)]
+        out[key] = {
+            str(b): {
+                "tokens_per_second": sum(len(t) for t in rows[b]) / seconds[b],
+                "rows_equal_smallest_batch": rows[b] == one,
+            }
+            for b in batch_sizes
+        }
+    for b in map(str, batch_sizes):
+        ar = out["ar"][b]["tokens_per_second"]
+        out["setdlm_tau0.9"][b]["ratio_to_ar"] = out["setdlm_tau0.9"][b]["tokens_per_second"] / ar
+    return out
+
+
+def _decode_all(
+    net: Transformer,
+    prompts: list[list[int]],
+    batch_size: int,
+    new_tokens: int,
+    paradigm: Any,
+    options: dict[str, Any],
+) -> list[list[int]]:
+    """Every prompt's new tokens, decoded `batch_size` rows at a time."""
+    tokens: list[list[int]] = []
+    for i in range(0, len(prompts), batch_size):
+        results = generate_batch(
+            net,
+            prompts[i : i + batch_size],
+            max_new_tokens=new_tokens,
+            paradigm=paradigm,
+            **options,
+        )
+        tokens += [r.tokens for r in results]
+    return tokens
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -216,6 +348,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--context", type=int, default=128, help="cache length of `step`")
+    parser.add_argument("--batch-sizes", default="1,16,64", help="batch sizes of `batched`")
+    parser.add_argument("--n-prompts", type=int, default=64, help="prompts of `batched`")
     parser.add_argument("--out", default="metrics/bench/gpu.json")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
@@ -230,6 +365,14 @@ def main(argv: list[str] | None = None) -> None:
         "train": check_training(config, device, args.dtype, args.steps, args.batch),
         "cache": check_cache(config, device, min(args.new_tokens, 64)),
         "decode": check_decode(config, device, args.new_tokens, args.repeats),
+        "step": check_step(config, device, args.context, 4, args.repeats),
+        "batched": check_batched(
+            config,
+            device,
+            [int(b) for b in args.batch_sizes.split(",")],
+            args.n_prompts,
+            min(args.new_tokens, 64),
+        ),
     }
     write_json(args.out, report)
     print(json.dumps(report, indent=2))
