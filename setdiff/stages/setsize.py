@@ -1,12 +1,15 @@
 """DVC stage ``setsize``: set diffusion's accuracy at other set sizes D than the main run's.
 
-``setdiff setsize --task arith`` reads the ``setsize`` section (paradigms, set sizes, steps,
-test prompts), ``train.<task>``, ``paradigm.<p>``, ``decode.<p>`` and ``model.<task>``. For every
-(paradigm, D) cell it fine-tunes that paradigm from the task's AR model exactly as the train
+``setdiff setsize --task arith`` reads the ``setsize`` section (paradigms, set sizes, start,
+steps, lr, decode_main, test prompts), ``train.<task>``, ``paradigm.<p>``, ``decode.<p>`` and
+``model.<task>``. For every (paradigm, D) cell it fine-tunes that paradigm exactly as the train
 stage does, with only its set size replaced (setdlm's ``set_size``, decoded at window W = D as
-the paper pairs them; bd3lm's ``block_size``) and ``steps`` when given, then decodes the first
-``n_examples`` test prompts greedily with ``decode.<p>``, recording exact-match accuracy: the
-smaller sets the default run does not train, measured on the prompts its evaluate stage scores.
+the paper pairs them; bd3lm's ``block_size``) and ``steps`` / ``lr`` when given, starting from
+the task's AR model (``start: ar``, the paper's recipe) or from the main run's model of the
+paradigm (``start: main``, continued at D); then it decodes the first ``n_examples`` test
+prompts greedily with ``decode.<p>``, recording exact-match accuracy. With ``decode_main`` it
+also decodes the main run's setdlm at W = D without training, which separates what the window
+gives from what training at D adds.
 
 Cells are trained, scored and kept as `setdiff.retrain` does
 (``results/setsize/<task>/<paradigm>-d<D>.json``; a re-run skips every finished cell whose
