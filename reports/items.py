@@ -201,8 +201,7 @@ ITEMS: tuple[Item, ...] = (
         section=TRADEOFF,
         needs=("setsize",),
         make=lambda d: _when(
-            d.run.setsize,
-            lambda f: tables.setsize_table(f, d.run.evaluate, d.run.train, d.run.params),
+            d.run.setsize, lambda f: tables.setsize_table(f, d.run.evaluate, d.run.train)
         ),
         caption=(
             "`setdiff setsize`: setdlm (window W = D) and bd3lm at other set sizes D than the main "

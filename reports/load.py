@@ -16,7 +16,7 @@ can say exactly what it could not show. No figures, no statistics, no torch.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -243,36 +243,43 @@ def _load_trials(root: Path, expect: Expected, log: MissingLog) -> pd.DataFrame:
     return concat(frames)
 
 
+def _study_files(
+    root: Path, params: dict[str, Any], log: MissingLog, study: str, why: str
+) -> Iterator[tuple[str, Any]]:
+    """(task, parsed JSON) of ``metrics/<study>/<task>.json`` for the tasks ``study.<study>``
+    lists or that exist; `why` is logged (optional) when there are none."""
+    tasks = _union(_get(params, f"study.{study}") or [], _stems(root / f"metrics/{study}", ".json"))
+    if not tasks:
+        log.add(f"metrics/{study}/", why, study, optional=True)
+    for task in tasks:
+        path = f"metrics/{study}/{task}.json"
+        data, problem = read_json(root / path)
+        log.add(path, problem, study)
+        yield task, data if isinstance(data, dict) else {}
+
+
+def _dict_rows(data: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    rows = data.get(key)
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
 def _load_backbone(root: Path, params: dict[str, Any], log: MissingLog) -> pd.DataFrame:
     """``metrics/backbone/<task>.json`` of the tasks the study lists or that exist."""
-    tasks = _union(_get(params, "study.backbone") or [], _stems(root / "metrics/backbone", ".json"))
-    if not tasks:
-        log.add("metrics/backbone/", "not found (the backbone stage has not run)", "backbone", True)
+    why = "not found (the backbone stage has not run)"
     records = []
-    for task in tasks:
-        path = f"metrics/backbone/{task}.json"
-        data, problem = read_json(root / path)
-        log.add(path, problem, "backbone")
-        rows = data.get("rows") if isinstance(data, dict) else None
-        for row in rows if isinstance(rows, list) else []:
-            if isinstance(row, dict):
-                flat = {k: v for k, v in row.items() if not isinstance(v, dict)}
-                records.append({"task": task, "n_examples": data.get("n_examples"), **flat})
+    for task, data in _study_files(root, params, log, "backbone", why):
+        for row in _dict_rows(data, "rows"):
+            flat = {k: v for k, v in row.items() if not isinstance(v, dict)}
+            records.append({"task": task, "n_examples": data.get("n_examples"), **flat})
     return pd.DataFrame(records)
 
 
 def _load_seeds(root: Path, params: dict[str, Any], log: MissingLog) -> pd.DataFrame:
     """``metrics/seeds/<task>.json`` of the tasks the study lists or that exist."""
-    tasks = _union(_get(params, "study.seeds") or [], _stems(root / "metrics/seeds", ".json"))
-    if not tasks:
-        why = "not run (study.seeds empty; see params/seeds.yaml)"
-        log.add("metrics/seeds/", why, "seeds", optional=True)
+    why = "not run (study.seeds empty; see params/seeds.yaml)"
     records = []
-    for task in tasks:
-        path = f"metrics/seeds/{task}.json"
-        data, problem = read_json(root / path)
-        log.add(path, problem, "seeds")
-        paradigms = data.get("paradigms") if isinstance(data, dict) else None
+    for task, data in _study_files(root, params, log, "seeds", why):
+        paradigms = data.get("paradigms")
         for paradigm, row in (paradigms if isinstance(paradigms, dict) else {}).items():
             if isinstance(row, dict):
                 n = data.get("n_examples")
@@ -281,20 +288,15 @@ def _load_seeds(root: Path, params: dict[str, Any], log: MissingLog) -> pd.DataF
 
 
 def _load_setsize(root: Path, params: dict[str, Any], log: MissingLog) -> pd.DataFrame:
-    """``metrics/setsize/<task>.json`` of the tasks the study lists or that exist."""
-    listed = _get(params, "study.setsize") or []
-    tasks = _union(listed, _stems(root / "metrics/setsize", ".json"))
-    if not tasks:
-        log.add("metrics/setsize/", "not run (study.setsize empty)", "setsize", optional=True)
+    """``metrics/setsize/<task>.json`` of the tasks the study lists or that exist; each row with
+    the main run's own set size and window of its paradigm (``main_set_size``, ``main_window``)."""
     records = []
-    for task in tasks:
-        path = f"metrics/setsize/{task}.json"
-        data, problem = read_json(root / path)
-        log.add(path, problem, "setsize")
-        rows = data.get("rows") if isinstance(data, dict) else None
-        for row in rows if isinstance(rows, list) else []:
-            if isinstance(row, dict):
-                records.append({"task": task, **row})
+    for task, data in _study_files(root, params, log, "setsize", "not run (study.setsize empty)"):
+        main = data.get("main") if isinstance(data.get("main"), dict) else {}
+        for row in _dict_rows(data, "rows"):
+            own = main.get(row.get("paradigm")) or {}
+            extra = {"main_set_size": own.get("set_size"), "main_window": own.get("window")}
+            records.append({"task": task, **row, **extra})
     return pd.DataFrame(records)
 
 

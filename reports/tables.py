@@ -323,11 +323,12 @@ def seeds_table(seeds: pd.DataFrame, evaluate: pd.DataFrame) -> pd.DataFrame:
 
 
 def setsize_table(
-    setsize: pd.DataFrame, evaluate: pd.DataFrame, train: pd.DataFrame, params: dict[str, Any]
+    setsize: pd.DataFrame, evaluate: pd.DataFrame, train: pd.DataFrame
 ) -> pd.DataFrame:
     """Accuracy per set size D and window W: the set-size study's rows beside the main run's
-    model (its own D, ``paradigm.<p>``, and W, ``decode.<p>``, from the evaluate stage), each
-    with its binomial SE and its gap to the main run's AR on the same test prompts."""
+    model (its own D and W as the stage recorded them; accuracy from the evaluate stage, steps
+    from the train stage), each with its binomial SE and its gap to the main run's AR on the
+    same test prompts."""
     if setsize.empty:
         return pd.DataFrame()
     main: dict[tuple[str, str], float] = {}
@@ -336,22 +337,19 @@ def setsize_table(
     steps: dict[tuple[str, str], Any] = {}
     if not train.empty and "steps" in train:
         steps = {(r.task, r.paradigm): r.steps for r in train.itertuples()}
-    keys = {"setdlm": "set_size", "bd3lm": "block_size"}
     records = setsize.to_dict("records")
-    for task, paradigm in sorted({(r["task"], r["paradigm"]) for r in records}):
+    own_rows = {(r["task"], r["paradigm"]): r for r in records}
+    for (task, paradigm), r in sorted(own_rows.items()):
         own = main.get((task, paradigm))
-        size = ((params.get("paradigm") or {}).get(paradigm) or {}).get(keys.get(paradigm, ""))
-        window = ((params.get("decode") or {}).get(paradigm) or {}).get("window")
-        if own is not None and size is not None:
-            n = next(r["n_examples"] for r in records if r["task"] == task)
+        if own is not None and not _blank(r.get("main_set_size")):
             records.append(
                 {
                     "task": task,
                     "paradigm": paradigm,
-                    "set_size": size,
-                    "window": window if paradigm == "setdlm" else None,
+                    "set_size": r["main_set_size"],
+                    "window": r.get("main_window"),
                     "accuracy": own,
-                    "n_examples": n,
+                    "n_examples": r["n_examples"],
                     "steps": steps.get((task, paradigm)),
                     "model": "main run",
                 }

@@ -83,9 +83,9 @@ def validate(params: Params | Preset) -> StudyConfig:
     if "backbone" in preset or study.backbone:
         preset.section("backbone", BackboneStudyConfig)
     if "seeds" in preset or study.seeds:
-        _validate_seeds(preset, study)
+        _validate_retrain(preset, study, "seeds", SeedStudyConfig)
     if "setsize" in preset or study.setsize:
-        _validate_setsize(preset, study)
+        _validate_retrain(preset, study, "setsize", SetSizeStudyConfig)
     if study.ablate and "ablation" not in preset:
         raise ConfigError(f"{path}: study.ablate lists {list(study.ablate)}: add ablation")
     _validate_bench(preset, study)
@@ -109,20 +109,15 @@ def _check_decode(preset: Preset, name: str, options: Mapping[str, Any], where: 
         raise ConfigError(f"{preset.path}: {where}: {err}") from None
 
 
-def _validate_seeds(preset: Preset, study: StudyConfig) -> None:
-    """``seeds`` (required when ``study.seeds`` lists a task): its paradigms are trained ones."""
-    seeds = preset.section("seeds", SeedStudyConfig)
-    outside = [p for p in seeds.paradigms if p not in study.paradigms]
+def _validate_retrain(
+    preset: Preset, study: StudyConfig, key: str, cls: type[SeedStudyConfig | SetSizeStudyConfig]
+) -> None:
+    """``seeds`` / ``setsize`` (required when ``study.<key>`` lists a task): its paradigms are
+    trained ones."""
+    section = preset.section(key, cls)
+    outside = [p for p in section.paradigms if p not in study.paradigms]
     if outside:
-        raise ConfigError(f"{preset.path}: seeds.paradigms: {outside} not in study.paradigms")
-
-
-def _validate_setsize(preset: Preset, study: StudyConfig) -> None:
-    """``setsize`` (required when ``study.setsize`` lists a task): its paradigms are trained."""
-    setsize = preset.section("setsize", SetSizeStudyConfig)
-    outside = [p for p in setsize.paradigms if p not in study.paradigms]
-    if outside:
-        raise ConfigError(f"{preset.path}: setsize.paradigms: {outside} not in study.paradigms")
+        raise ConfigError(f"{preset.path}: {key}.paradigms: {outside} not in study.paradigms")
 
 
 def _validate_lmeval(preset: Preset, study: StudyConfig) -> None:

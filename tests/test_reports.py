@@ -354,6 +354,7 @@ SEEDS = {
 SETSIZE = {
     "task": "arith",
     "n_examples": 200,
+    "main": {"setdlm": {"set_size": 4, "window": 4}},
     "rows": [
         {"paradigm": "setdlm", "set_size": 2, "window": 2, "accuracy": 0.93, "n_examples": 200,
          "steps": 300, "seed": 0},

@@ -85,7 +85,11 @@ def test_each_set_size_is_trained_and_decoded_at_its_own_size(
         ("bd3lm", 1, None, "fine-tuned from AR"),
         ("bd3lm", 3, None, "fine-tuned from AR"),
     ]
-    assert metrics["n_examples"] == 4 and metrics["main_set_size"] == {"setdlm": 2, "bd3lm": 2}
+    assert metrics["n_examples"] == 4
+    assert metrics["main"] == {
+        "setdlm": {"set_size": 2, "window": 2},
+        "bd3lm": {"set_size": 2, "window": None},
+    }
     assert all(r["n_examples"] == 4 and 0 <= r["accuracy"] <= 1 for r in rows)
 
     # A re-run trains nothing; other steps retrain every cell.
@@ -158,7 +162,7 @@ SETSIZE_METRICS = {
     "task": "arith",
     "n_examples": 500,
     "start": "main",
-    "main_set_size": {"setdlm": 4, "bd3lm": 4},
+    "main": {"setdlm": {"set_size": 4, "window": 4}, "bd3lm": {"set_size": 4, "window": None}},
     "rows": [
         {"paradigm": "setdlm", "set_size": 2, "window": 2, "accuracy": 0.94, "n_examples": 500,
          "steps": 300, "seed": 0, "model": "main run's model, fine-tuned on"},
@@ -190,14 +194,12 @@ def test_the_report_table_joins_the_main_runs_set_size(tmp_path: Path) -> None:
     train.write_text(json.dumps({"steps": 2000}))
     params = {
         "study": {"tasks": ["arith"], "paradigms": ["ar", "bd3lm", "setdlm"], "setsize": ["arith"]},
-        "paradigm": {"setdlm": {"set_size": 4}, "bd3lm": {"block_size": 4}},
-        "decode": {"setdlm": {"window": 4}},
     }
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     (tmp_path / "metrics" / "setsize").mkdir(parents=True)
     (tmp_path / "metrics" / "setsize" / "arith.json").write_text(json.dumps(SETSIZE_METRICS))
     run = load_run(tmp_path)
-    table = tables.setsize_table(run.setsize, run.evaluate, run.train, run.params)
+    table = tables.setsize_table(run.setsize, run.evaluate, run.train)
     columns = ["paradigm", "D (trained)", "W", "accuracy", "gap to AR (pts)", "steps", "model"]
     assert table[columns].values.tolist() == [
         ["bd3lm", "2", "", "0.900 ± 0.013", "-5.0", "300", "main run's model, fine-tuned on"],

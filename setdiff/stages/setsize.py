@@ -13,8 +13,9 @@ gives from what training at D adds.
 
 Cells are trained, scored and kept as `setdiff.retrain` does
 (``results/setsize/<task>/<paradigm>-d<D>.json``; a re-run skips every finished cell whose
-inputs are unchanged). ``metrics/setsize/<task>.json`` lists one row per cell; the report joins
-the main run's accuracies (``metrics/evaluate/<task>/{ar,<p>}.json``) for the gap to AR.
+inputs are unchanged). ``metrics/setsize/<task>.json`` lists one row per cell and, under
+``main``, each paradigm's own D and W in the main run; the report joins the main run's
+accuracies (``metrics/evaluate/<task>/{ar,<p>}.json``) for the gap to AR.
 """
 
 from __future__ import annotations
@@ -50,6 +51,13 @@ def main(argv: list[str]) -> None:
     data = retrain.load_data(preset, layout, recipe, study.n_examples)
     inputs = retrain.input_hashes(layout, data)
     out_dir = Path(args.root) / "results" / "setsize" / args.task
+    main_runs = {
+        p: {
+            "set_size": getattr(preset.paradigm(p), SET_SIZE_KEYS[p]),
+            "window": preset.decode(p).get("window") if p == "setdlm" else None,
+        }
+        for p in study.paradigms
+    }
     rows = []
     for cell in cells:
         row = retrain.cached_run(out_dir, cell, data, inputs)
@@ -57,7 +65,7 @@ def main(argv: list[str]) -> None:
         model = "fine-tuned from AR" if study.start == "ar" else "main run's model, fine-tuned on"
         rows.append({**row, "set_size": size, "window": cell.decode.get("window"), "model": model})
         if cell.paradigm == "setdlm" and study.decode_main:
-            main_size = preset.paradigm("setdlm").set_size
+            main_size = main_runs["setdlm"]["set_size"]
             rows.append(
                 {**_decode_main(layout, data, inputs, cell, out_dir), "set_size": main_size}
             )
@@ -65,9 +73,7 @@ def main(argv: list[str]) -> None:
         "task": args.task,
         "n_examples": len(data.records),
         "start": study.start,
-        "main_set_size": {
-            p: getattr(preset.paradigm(p), SET_SIZE_KEYS[p]) for p in study.paradigms
-        },
+        "main": main_runs,
         "rows": rows,
     }
     write_json(Path(args.root) / "metrics" / "setsize" / f"{args.task}.json", summary)
