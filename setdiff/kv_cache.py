@@ -11,6 +11,8 @@ Shapes: N layers, B batch, G kv heads, C capacity, E head dim, T new tokens.
 
 from __future__ import annotations
 
+from typing import Any, Self
+
 import torch
 
 
@@ -39,7 +41,7 @@ class KVCache:
         """Entries dropped from the left on overflow, over the cache's lifetime."""
 
     @classmethod
-    def for_model(cls, model: torch.nn.Module, capacity: int, batch_size: int = 1) -> KVCache:
+    def for_model(cls, model: torch.nn.Module, capacity: int, batch_size: int = 1) -> Self:
         config = model.config
         param = next(model.parameters())
         return cls(
@@ -102,6 +104,67 @@ class KVCache:
             raise ValueError(f"crop length {length} outside [0, {self.length}]")
         self.length = length
         self.staged = 0
+
+
+class StaticKVCache(KVCache):
+    """A `KVCache` whose forwards have static shapes, so that a decode step can be compiled or
+    captured as a CUDA graph (`setdiff.sampling.static`).
+
+    Every forward attends over all its slots, ``capacity + slack`` (the caller's mask hides the
+    slots past the committed and staged entries), and stages its inputs at slot indices held in
+    a tensor, set by `prepare`, rather than at a Python offset that would change the traced graph
+    each step. At least `slack` slots past the logical `capacity` hold a forward's padding rows,
+    so that entries are dropped from the left exactly as an unpadded `KVCache` of `capacity`
+    drops them (committing, cropping and dropping are `KVCache`'s); the slot count is rounded up
+    to a multiple of `bucket`, so that decodes of nearby lengths share one shape.
+    """
+
+    def __init__(self, *, capacity: int, slack: int = 0, bucket: int = 1, **kwargs: Any) -> None:
+        super().__init__(capacity=-(-(capacity + slack) // bucket) * bucket, **kwargs)
+        self.capacity = capacity
+        self.slots = torch.empty(0, dtype=torch.long, device=self.k_NBGCE.device)
+        """The slots the next forward stages its inputs at."""
+
+    @classmethod
+    def for_model(  # type: ignore[override]
+        cls, model: torch.nn.Module, capacity: int, slack: int = 0, bucket: int = 1
+    ) -> Self:
+        config, param = model.config, next(model.parameters())
+        return cls(
+            n_layer=config.n_layer,
+            batch_size=1,
+            n_kv_head=config.n_kv_head,
+            head_dim=config.head_dim,
+            capacity=capacity,
+            slack=slack,
+            bucket=bucket,
+            dtype=param.dtype,
+            device=param.device,
+        )
+
+    @property
+    def slot_count(self) -> int:
+        """Slots every forward attends over: ``capacity + slack``, rounded up to the bucket."""
+        return self.k_NBGCE.shape[3]
+
+    def prepare(self, n_inputs: int) -> None:
+        """Set up staging for a forward of `n_inputs` inputs, after the committed entries."""
+        if self.length + n_inputs > self.slot_count:
+            raise ValueError(
+                f"cache overflow: {self.length} committed + {n_inputs} new > "
+                f"{self.slot_count} slots; call make_room first"
+            )
+        device = self.k_NBGCE.device
+        self.slots = torch.arange(self.length, self.length + n_inputs, device=device)
+        self.staged = n_inputs
+
+    def stage(
+        self, layer: int, k_BGTE: torch.Tensor, v_BGTE: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new keys/values at the prepared slots; return every slot of the layer."""
+        self.k_NBGCE[layer].index_copy_(2, self.slots, k_BGTE)
+        self.v_NBGCE[layer].index_copy_(2, self.slots, v_BGTE)
+        return self.k_NBGCE[layer], self.v_NBGCE[layer]
 
 
 class RaggedKVCache:

@@ -52,6 +52,8 @@ def _check(report: dict) -> None:
         assert r["same_tokens"] and r["max_logit_diff"] < 1e-4, name
     assert {"ar", "bd3lm", "setdlm", "setdlm_recompute"} <= set(report["decode"])
     assert report["decode"]["cached_vs_recompute"] > 0
+    for key in ("ar", "setdlm", "setdlm_tau0.9"):  # the compiled static step decodes the same
+        assert report["decode"][f"{key}_compiled"]["equals_eager"], key
     step = report["step"]
     # The compiled forward computes the eager one (float32: rounding only).
     assert step["max_logit_diff_compiled_ar"] < 1e-4 and step["max_logit_diff_compiled_set"] < 1e-4

@@ -27,6 +27,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 
@@ -39,6 +40,7 @@ from setdiff.paradigm import make_paradigm
 from setdiff.runtime import setup_torch
 from setdiff.sampling.loop import generate
 
+K = TypeVar("K")
 MASK_ID, VOCAB = 3, 64
 CONFIG = ModelConfig(
     vocab_size=VOCAB, n_layer=4, n_head=4, n_kv_head=4, d_model=128, d_ff=256, max_seq_len=512
@@ -55,11 +57,11 @@ def median_time(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
-def interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+def interleaved(fns: dict[K, Callable[[], object]], repeats: int) -> dict[K, float]:
     """Median seconds of each function, run in alternation so drift hits all equally."""
     for fn in fns.values():  # warm-up, excluded
         fn()
-    samples: dict[str, list[float]] = {name: [] for name in fns}
+    samples: dict[K, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
             tic = time.perf_counter()
@@ -86,12 +88,21 @@ def bench_decode(net: Transformer, repeats: int, new_tokens: int) -> dict[str, f
             "setdlm_cached": run("setdlm_cached", setdlm, window=4),
             "setdlm_recompute": run("setdlm_recompute", setdlm, window=4, use_cache=False),
             "ar_cached": run("ar_cached", ar),
+            "setdlm_compiled": run("setdlm_compiled", setdlm, window=4, compile_step=True),
+            "ar_compiled": run("ar_compiled", ar, compile_step=True),
         },
         repeats,
     )
     cached, ar_res = results["setdlm_cached"], results["ar_cached"]
-    set_step = cached.forward_seconds / cached.nfe  # type: ignore[attr-defined]
-    ar_step = ar_res.forward_seconds / ar_res.nfe  # type: ignore[attr-defined]
+    compiled, ar_compiled = results["setdlm_compiled"], results["ar_compiled"]
+    for name in ("setdlm_compiled", "ar_compiled"):
+        eager = results[name.replace("compiled", "cached")]
+        if results[name].tokens != eager.tokens:  # type: ignore[attr-defined]
+            raise RuntimeError(f"{name}: the compiled decode's tokens differ from the eager one's")
+
+    def per_step(res: object) -> float:
+        return res.forward_seconds / res.nfe  # type: ignore[attr-defined]
+
     return {
         "new_tokens": new_tokens,
         "setdlm_cached_seconds": times["setdlm_cached"],
@@ -99,40 +110,55 @@ def bench_decode(net: Transformer, repeats: int, new_tokens: int) -> dict[str, f
         "ar_cached_seconds": times["ar_cached"],
         "cached_vs_recompute_speedup": times["setdlm_recompute"] / times["setdlm_cached"],
         "decode_overhead_share": 1 - cached.forward_seconds / times["setdlm_cached"],  # type: ignore[attr-defined]
-        "step_cost_ratio_in_decode": set_step / ar_step,
+        "step_cost_ratio_in_decode": per_step(cached) / per_step(ar_res),
+        "setdlm_compiled_seconds": times["setdlm_compiled"],
+        "ar_compiled_seconds": times["ar_compiled"],
+        "cached_vs_recompute_speedup_compiled": times["setdlm_recompute"]
+        / times["setdlm_compiled"],
+        "compiled_speedup_setdlm": times["setdlm_cached"] / times["setdlm_compiled"],
+        "compiled_speedup_ar": times["ar_cached"] / times["ar_compiled"],
+        "step_cost_ratio_in_decode_compiled": per_step(compiled) / per_step(ar_compiled),
+        "decode_overhead_share_compiled": 1 - compiled.forward_seconds / times["setdlm_compiled"],  # type: ignore[attr-defined]
+        "recompute_vs_ar_cached": times["setdlm_recompute"] / times["ar_cached"],
         "setdlm_nfe": cached.nfe,  # type: ignore[attr-defined]
         "ar_nfe": ar_res.nfe,  # type: ignore[attr-defined]
     }
 
 
-def bench_step(net: Transformer, repeats: int, context: int, window: int) -> dict[str, float]:
-    """One forward against a cache of `context` entries: AR (1 input) vs set step (2W inputs)."""
+def bench_step(net: Transformer, repeats: int, context: int, window: int) -> dict[str, Any]:
+    """One forward against a cache of `context` entries: AR (1 input) vs set step (2W inputs),
+    and the set step's cost as its inputs grow (C = W = 1, 2, 4, ...: ``step_cost_by_inputs``,
+    each over AR), which separates the cost of a multi-row step from that of its rows."""
     positions = torch.arange(context)
     cache = KVCache.for_model(net, context + 2 * window)
     with torch.inference_mode():
         net(torch.randint(4, VOCAB, (1, context)), positions[None], None, cache)
         cache.commit(positions)
-        groups = torch.arange(context + window)
-        mask = decode_mask(groups, window, torch.eye(window, dtype=torch.bool))
-        set_tokens = torch.randint(4, VOCAB, (1, 2 * window))
+        tokens = torch.randint(4, VOCAB, (1, 2 * window))
         set_pos = torch.arange(context, context + 2 * window)[None]
-        ar_tokens, ar_pos = set_tokens[:, :1], set_pos[:, :1]
 
-        def ar_step() -> None:
-            for _ in range(20):
-                net(ar_tokens, ar_pos, None, cache)
+        def step(w: int) -> Callable[[], None]:
+            n = 1 if w == 0 else 2 * w
+            mask = None  # AR: one input sees every key
+            if w:
+                groups = torch.arange(context + w)
+                mask = decode_mask(groups, w, torch.eye(w, dtype=torch.bool))
 
-        def set_step() -> None:
-            for _ in range(20):
-                net(set_tokens, set_pos, mask, cache)
+            def go() -> None:
+                for _ in range(20):
+                    net(tokens[:, :n], set_pos[:, :n], mask, cache)
 
-        times = interleaved({"ar": ar_step, "set": set_step}, repeats)
+            return go
+
+        sizes = [w for w in (1, 2, 4, 8) if w < window] + [window]
+        times = interleaved({0: step(0), **{w: step(w) for w in sizes}}, repeats)
     return {
         "context": context,
         "set_inputs": 2 * window,
-        "ar_step_seconds": times["ar"] / 20,
-        "set_step_seconds": times["set"] / 20,
-        "step_cost_ratio": times["set"] / times["ar"],
+        "ar_step_seconds": times[0] / 20,
+        "set_step_seconds": times[window] / 20,
+        "step_cost_ratio": times[window] / times[0],
+        "step_cost_by_inputs": {str(2 * w): times[w] / times[0] for w in sizes},
     }
 
 

@@ -11,8 +11,10 @@ Runs in a few minutes on one GPU (and, for checking the script itself, on CPU wi
 - ``cache``: per paradigm, tokens of ``use_cache=True`` vs ``use_cache=False`` decoding on the
   device (float32) and the max logit difference;
 - ``decode``: batch-1 decode of ``--new-tokens`` tokens for ar / bd3lm / setdlm (threshold off
-  and 0.9) and setdlm recomputing every forward (``cached_vs_recompute``), timed with CUDA events
-  (perf_counter on CPU), interleaved, median of ``--repeats``;
+  and 0.9) and setdlm recomputing every forward (``cached_vs_recompute``), and ar / setdlm with
+  ``compile_step=True`` (the static-shape step, CUDA graphs on CUDA: ``compiled_speedup``,
+  ``equals_eager``, ``cached_vs_recompute_compiled``), timed with CUDA events (perf_counter on
+  CPU), interleaved, median of ``--repeats``;
 - ``step``: one forward against a fixed cache of ``--context`` entries, AR (1 input) and a set
   step (2W inputs, the decode mask), eager and through ``torch.compile`` (one fixed shape), per
   forward: ``step_cost_ratio`` (set over AR) eager and compiled, the compiled speedup, and the
@@ -189,10 +191,13 @@ def check_decode(
         "setdlm": ("setdlm", {"window": 4}),
         "setdlm_tau0.9": ("setdlm", {"window": 4, "threshold": 0.9}),
         "setdlm_recompute": ("setdlm", {"window": 4, "use_cache": False}),
+        "ar_compiled": ("ar", {"compile_step": True}),
+        "setdlm_compiled": ("setdlm", {"window": 4, "compile_step": True}),
+        "setdlm_tau0.9_compiled": ("setdlm", {"window": 4, "threshold": 0.9, "compile_step": True}),
     }
     prompt = [1] + list(range(4, 36))
     times: dict[str, list[float]] = {k: [] for k in cases}
-    nfe = {}
+    nfe, tokens = {}, {}
     for _ in range(repeats + 1):  # the first round is warm-up
         for key, (name, opts) in cases.items():
             paradigm = make_paradigm(name, mask_id=MASK_ID)
@@ -203,7 +208,7 @@ def check_decode(
                 device,
             )
             times[key].append(seconds)
-            nfe[key] = result.nfe
+            nfe[key], tokens[key] = result.nfe, result.tokens
     out = {
         k: {
             "seconds": statistics.median(v[1:]),
@@ -215,6 +220,14 @@ def check_decode(
     for key in cases:
         out[key]["speed_vs_ar"] = out[key]["tokens_per_second"] / out["ar"]["tokens_per_second"]
     out["cached_vs_recompute"] = out["setdlm_recompute"]["seconds"] / out["setdlm"]["seconds"]
+    out["cached_vs_recompute_compiled"] = (
+        out["setdlm_recompute"]["seconds"] / out["setdlm_compiled"]["seconds"]
+    )
+    for key in ("ar", "setdlm", "setdlm_tau0.9"):
+        out[f"{key}_compiled"]["compiled_speedup"] = (
+            out[key]["seconds"] / out[f"{key}_compiled"]["seconds"]
+        )
+        out[f"{key}_compiled"]["equals_eager"] = tokens[f"{key}_compiled"] == tokens[key]
     return out
 
 

@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Any, Protocol, Unpack, runtime_checkable
 
 import torch
 
-from setdiff.kv_cache import KVCache
+from setdiff.kv_cache import KVCache, StaticKVCache
 from setdiff.sampling.inputs import forward_inputs
 from setdiff.sampling.policies import DecodeContext, DecodeOptions, DecodePolicy
 from setdiff.sampling.state import DecodeState, Plan
+from setdiff.sampling.static import STATIC_BUCKET, StaticStep
 
 if TYPE_CHECKING:
     from setdiff.model import Transformer
@@ -79,6 +80,7 @@ def generate(
     stop_strings: list[str] | tuple[str, ...] = (),
     cache_size: int | None = None,
     trace_logits: bool = False,
+    compile_step: bool = False,
     **policy_options: Unpack[DecodeOptions],
 ) -> GenerateResult:
     """Decode `max_new_tokens` slots after `prompt_ids` with the paradigm's sampler.
@@ -98,6 +100,11 @@ def generate(
             tokenizer); the output ends with the token that completes the string.
         cache_size: KV-cache capacity; entries beyond it are dropped from the left.
         trace_logits: keep every forward's query logits (for equivalence checks).
+        compile_step: give every forward after the first one static shape (padded to the
+            policy's step size, over the whole cache) and run it through ``torch.compile``
+            (CUDA graphs on CUDA); see `setdiff.sampling.static`. Needs the KV cache. The first
+            call for a model and step size compiles (seconds); the logits equal the eager ones
+            up to float rounding.
         **policy_options: the paradigm's decode options (`DecodeOptions`), e.g. ``window``,
             ``threshold`` (a float or "off"), ``temperature``, ``top_p`` (see
             `setdiff.sampling.policies`); parsed once, into the paradigm's policy.
@@ -116,15 +123,29 @@ def generate(
     policy = paradigm.decode_policy(dict(policy_options))
     if strings and tokenizer is None:
         raise ValueError("stop_strings needs a LoadedModel with a tokenizer")
-    check_cache_size(policy, prompt, suffix, max_new_tokens, cache_size)
+    need = check_cache_size(policy, prompt, suffix, max_new_tokens, cache_size)
+    use_cache = use_cache and policy.uses_cache
+    if compile_step and not use_cache:
+        raise ValueError(
+            "compile_step needs the KV cache: drop use_cache=False"
+            if policy.uses_cache
+            else f"compile_step needs the KV cache, and {paradigm.config.name} decodes without one"
+        )
     state = DecodeState.new(prompt, max_new_tokens, suffix, paradigm.mask_id)
     generator = torch.Generator().manual_seed(seed)
     ctx = DecodeContext(mask_id=paradigm.mask_id, generator=generator, n_new=max_new_tokens)
-    use_cache = use_cache and policy.uses_cache
-    cache = KVCache.for_model(net, cache_size or 2 * total) if use_cache else None
+    cache, step = None, None
+    if compile_step:
+        n_step = policy.max_step(max_new_tokens)
+        cache = StaticKVCache.for_model(
+            net, cache_size or total + need, slack=n_step, bucket=STATIC_BUCKET
+        )
+        step = StaticStep(net, cache, n_step, paradigm.mask_id)
+    elif use_cache:
+        cache = KVCache.for_model(net, cache_size or 2 * total)
     with torch.inference_mode():
         stopper = Stopper(set(stops), tuple(strings), tokenizer)
-        return _run(net, policy, state, cache, ctx, stopper, trace_logits)
+        return _run(net, policy, state, cache, ctx, stopper, trace_logits, step)
 
 
 def _run(
@@ -135,13 +156,14 @@ def _run(
     ctx: DecodeContext,
     stopper: Stopper,
     trace_logits: bool,
+    step: StaticStep | None = None,
 ) -> GenerateResult:
     device = next(net.parameters()).device
     nfe, forward_seconds, steps, traced = 0, 0.0, [], []
     stop_at = None
     while (plan := policy.plan(state)) is not None:
         tic = time.perf_counter()
-        logits = _forward(net, state, plan, cache, device, policy.shift)
+        logits = _forward(net, state, plan, cache, device, policy.shift, step)
         forward_seconds += time.perf_counter() - tic
         nfe += 1
         state.record_commit(plan.commit, plan.groups)
@@ -172,6 +194,7 @@ def _forward(
     cache: KVCache | None,
     device: torch.device,
     shift: bool = False,
+    step: StaticStep | None = None,
 ) -> torch.Tensor:
     """Logits (C + M, V) of the plan's committed tokens then queries."""
     n_out = plan.commit.numel() + plan.queries.numel()
@@ -179,8 +202,11 @@ def _forward(
         cache.make_room(n_out)
     n_cached = cache.length if cache is not None else None
     tokens, positions, mask = forward_inputs(state, plan, n_cached, shift=shift)
-    attn = None if bool(mask.all()) else mask.to(device)
-    logits = net(tokens[None].to(device), positions[None].to(device), attn, cache)[0]
+    if step is not None:
+        logits = step(tokens, positions, mask)
+    else:
+        attn = None if bool(mask.all()) else mask.to(device)
+        logits = net(tokens[None].to(device), positions[None].to(device), attn, cache)[0]
     if cache is not None:
         cache.commit(plan.commit.to(device))
     return logits[logits.shape[0] - n_out :]

@@ -88,8 +88,10 @@ class _Options:
     """Mixin: build a policy from a dict of user options, naming unknown ones.
 
     Policies also say how they use a KV cache: `uses_cache` (False = every forward sees the whole
-    canvas, as in MDLM) and `max_forward(n_given, n_new)`, the most inputs one forward can feed,
-    so that a too-small cache is refused before any compute.
+    canvas, as in MDLM), `max_forward(n_given, n_new)`, the most inputs one forward can feed,
+    so that a too-small cache is refused before any compute, and `max_step(n_new)`, the most
+    inputs of a forward after the first (which holds the prefill): the shape a static,
+    compiled decode step pads to (`setdiff.sampling.static`).
     """
 
     uses_cache: bool = True
@@ -123,6 +125,9 @@ class ARPolicy(_Options):
 
     def max_forward(self, n_given: int, n_new: int) -> int:
         return max(n_given, 1)
+
+    def max_step(self, n_new: int) -> int:
+        return 1
 
     def plan(self, state: DecodeState) -> Plan | None:
         if not state.has_masks:
@@ -172,7 +177,10 @@ class SetPolicy(_Options):
 
     def max_forward(self, n_given: int, n_new: int) -> int:
         window = n_new if self.window == "all" else min(self.window, n_new)
-        return max(n_given + window, 2 * window)  # the first forward holds the prefill
+        return max(n_given + window, self.max_step(n_new))  # the first forward holds the prefill
+
+    def max_step(self, n_new: int) -> int:
+        return 2 * (n_new if self.window == "all" else min(self.window, n_new))
 
     def plan(self, state: DecodeState) -> Plan | None:
         if not state.has_masks:
@@ -231,7 +239,10 @@ class AnyOrderPolicy(_Options):
 
     def max_forward(self, n_given: int, n_new: int) -> int:
         first = n_new if self.window is None else min(self.window, n_new)
-        return max(n_given + first, n_new + 1)  # the first forward holds the prefill
+        return max(n_given + first, self.max_step(n_new))  # the first forward holds the prefill
+
+    def max_step(self, n_new: int) -> int:
+        return 1 + (n_new if self.window is None else min(self.window, n_new))
 
     def plan(self, state: DecodeState) -> Plan | None:
         if not state.has_masks:
@@ -291,7 +302,10 @@ class BlockPolicy(_Options):
         _check_threshold(self.threshold)
 
     def max_forward(self, n_given: int, n_new: int) -> int:
-        return max(n_given + self.block_size, 2 * self.block_size)  # prefill + the first block
+        return max(n_given + self.block_size, self.max_step(n_new))  # prefill + the first block
+
+    def max_step(self, n_new: int) -> int:
+        return 2 * self.block_size
 
     def plan(self, state: DecodeState) -> Plan | None:
         if not state.has_masks:
@@ -354,6 +368,9 @@ class MDLMPolicy(_Options):
 
     def max_forward(self, n_given: int, n_new: int) -> int:
         return n_given + n_new
+
+    def max_step(self, n_new: int) -> int:
+        return n_new + 1  # unused: MDLM has no cache, so no static step
 
     def plan(self, state: DecodeState) -> Plan | None:
         if not state.has_masks:

@@ -1,0 +1,82 @@
+"""A static-shape decode step, compiled: ``generate(..., compile_step=True)``.
+
+A decoding forward's shape changes every step (the committed tokens, the queries, the cache
+length), so a compiler would trace a new graph each time. `StaticStep` fixes it: every forward
+after the first feeds exactly ``policy.max_step(n_new)`` inputs (the real ones, then padding
+rows that see only their own key and whose outputs and keys are dropped), attends over every
+slot of a `StaticKVCache` (the mask hides the slots past the committed and staged entries) and
+stages at slot indices held in a tensor. That one shape runs through ``torch.compile``: one graph
+per model, step size and `STATIC_BUCKET` of cache slots; on CUDA in ``reduce-overhead`` mode,
+i.e. replayed as a CUDA graph, with the cache's buffers marked static so the graph may write
+them. The first forward (the prefill, whose length is the prompt's) and any forward larger than
+the step run eagerly over the same cache. The logits equal the eager step's up to float rounding
+(tests/test_static_step.py).
+
+The padding and the attention over every slot are extra work: on CPU, where a step's cost is its
+ops and its rows rather than kernel launches, the compiled static step is no faster than the
+eager one (`setdiff.bench.core`); it is built for GPUs, where launches dominate a small step.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from setdiff.kv_cache import StaticKVCache
+
+if TYPE_CHECKING:
+    from setdiff.model import Transformer
+
+STATIC_BUCKET = 64
+"""The cache's slot count is rounded up to a multiple of this: one compiled graph serves every
+decode whose prompt + new tokens fall in the same bucket."""
+
+_COMPILED: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def compiled_forward(net: Transformer) -> Any:
+    """The model's forward through ``torch.compile`` (static shapes), built once per model."""
+    if net not in _COMPILED:
+        cuda = next(net.parameters()).is_cuda
+        mode = "reduce-overhead" if cuda else None  # CUDA graphs on CUDA
+        _COMPILED[net] = torch.compile(net, dynamic=False, mode=mode)
+    return _COMPILED[net]
+
+
+class StaticStep:
+    """Runs a decode's forwards over a `StaticKVCache`, each step padded to `n_inputs` inputs
+    and compiled."""
+
+    def __init__(self, net: Transformer, cache: StaticKVCache, n_inputs: int, pad_id: int):
+        self.net, self.cache, self.n_inputs, self.pad_id = net, cache, n_inputs, pad_id
+        self.device = cache.k_NBGCE.device
+        self.compiled = compiled_forward(net)
+        if self.device.type == "cuda":  # the CUDA graph writes these in place
+            torch._dynamo.mark_static_address(cache.k_NBGCE)
+            torch._dynamo.mark_static_address(cache.v_NBGCE)
+
+    def __call__(
+        self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        """Logits (T, V) of the real inputs, from `forward_inputs`' tokens (T,), positions (T,)
+        and mask (T, cache length + T), room made for the T inputs (the padding goes to the
+        cache's slack)."""
+        n, n_cached = tokens.numel(), self.cache.length
+        total = max(n, self.n_inputs)
+        full = torch.zeros(total, self.cache.slot_count, dtype=torch.bool)
+        full[:n, : n_cached + n] = mask
+        pad = torch.arange(n, total)
+        full[pad, n_cached + pad] = True  # a padding row sees only its own key
+        tokens = torch.cat((tokens, tokens.new_full((total - n,), self.pad_id)))
+        positions = torch.cat((positions, positions.new_zeros(total - n)))
+        self.cache.prepare(total)
+        forward = self.compiled if total == self.n_inputs else self.net
+        logits = forward(
+            tokens[None].to(self.device),
+            positions[None].to(self.device),
+            full[None, None].to(self.device),
+            self.cache,
+        )
+        return logits[0, :n]
