@@ -100,11 +100,12 @@ def generate(
             tokenizer); the output ends with the token that completes the string.
         cache_size: KV-cache capacity; entries beyond it are dropped from the left.
         trace_logits: keep every forward's query logits (for equivalence checks).
-        compile_step: give every forward after the first one static shape (padded to the
-            policy's step size, over the whole cache) and run it through ``torch.compile``
-            (CUDA graphs on CUDA); see `setdiff.sampling.static`. Needs the KV cache. The first
-            call for a model and step size compiles (seconds); the logits equal the eager ones
-            up to float rounding.
+        compile_step: pad every forward of at most the policy's step size (`max_step`
+            inputs: every forward after the prefill) to that one static shape over every slot
+            of the cache, and run it through ``torch.compile`` (CUDA graphs on CUDA); see
+            `setdiff.sampling.static`. Needs the KV cache. The first call for a model, step
+            size and cache bucket compiles (seconds); the logits equal the eager ones up to
+            float rounding.
         **policy_options: the paradigm's decode options (`DecodeOptions`), e.g. ``window``,
             ``threshold`` (a float or "off"), ``temperature``, ``top_p`` (see
             `setdiff.sampling.policies`); parsed once, into the paradigm's policy.

@@ -8,9 +8,9 @@ slot of a `StaticKVCache` (the mask hides the slots past the committed and stage
 stages at slot indices held in a tensor. That one shape runs through ``torch.compile``: one graph
 per model, step size and `STATIC_BUCKET` of cache slots; on CUDA in ``reduce-overhead`` mode,
 i.e. replayed as a CUDA graph, with the cache's buffers marked static so the graph may write
-them. The first forward (the prefill, whose length is the prompt's) and any forward larger than
-the step run eagerly over the same cache. The logits equal the eager step's up to float rounding
-(tests/test_static_step.py).
+them. A forward larger than the step (a prefill longer than it) runs eagerly over the same
+cache; a shorter prefill is padded and compiled like a step. The logits equal the eager step's
+up to float rounding (tests/test_static_step.py).
 
 The padding and the attention over every slot are extra work: on CPU, where a step's cost is its
 ops and its rows rather than kernel launches, the compiled static step is no faster than the
@@ -19,7 +19,6 @@ eager one (`setdiff.bench.core`); it is built for GPUs, where launches dominate 
 
 from __future__ import annotations
 
-import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -33,7 +32,8 @@ STATIC_BUCKET = 64
 """The cache's slot count is rounded up to a multiple of this: one compiled graph serves every
 decode whose prompt + new tokens fall in the same bucket."""
 
-_COMPILED: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_COMPILED: dict[Any, Any] = {}
+"""Model -> its compiled forward, kept for the life of the process (it holds the model)."""
 
 
 def compiled_forward(net: Transformer) -> Any:
