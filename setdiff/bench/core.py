@@ -7,15 +7,19 @@ Every comparison is a ratio of two measurements taken side by side, interleaved,
 random (speed does not depend on them); decoding uses threshold "off" so every method decodes the
 same number of tokens per forward unless stated.
 
-Figures written (with their targets from the core issue):
+Figures written (with their targets from the core and throughput issues); ``decode`` and
+``step`` once per thread count of ``--decode-threads`` (keyed by it), ``train`` at ``--threads``:
 - ``cached_vs_recompute_speedup``: setdlm W=4 decode of 256 tokens, KV cache vs full recompute
-  (target >= 5).
+  (target >= 5); ``recompute_vs_ar_cached``, the same recomputation over AR's cached decode, is
+  its ceiling (a cached set step feeds AR's one input and more);
+- ``*_compiled``: the same decodes with ``compile_step=True`` (`setdiff.sampling.static`; the
+  compiled tokens must equal the eager ones, or the bench fails);
 - ``train_step_ratio_{setdlm,bd3lm}``: training step time relative to ar, same batch
   (target <= 2.3; ideal 2, they process 2L tokens).
 - ``decode_overhead_share``: share of setdlm decode wall time outside model forwards (<= 0.15).
 - ``step_cost_ratio``: one setdlm step (C + W = 8 inputs against the cache) over one AR step
-  (1 input) on the same model and context (target <= 1.25), and the same ratio measured over
-  whole decodes (``step_cost_ratio_in_decode``).
+  (1 input) on the same model and context (target <= 1.15), the same ratio measured over whole
+  decodes (``step_cost_ratio_in_decode``: C = 1, W = 4), and ``step_cost_by_inputs`` (2, 4, 8).
 """
 
 from __future__ import annotations
@@ -199,16 +203,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    parser.add_argument(
+        "--decode-threads",
+        default="1,2",
+        help="thread counts the decode and step figures are measured at (comma-separated; the "
+        "pipeline decodes on 1 thread, `bench.threads`, and trains on 2)",
+    )
     args = parser.parse_args(argv)
     setup_torch(threads=args.threads or None, seed=0)
+    threads = torch.get_num_threads()
     net = Transformer(CONFIG).eval()
+    decode, step = {}, {}
+    for n in [int(t) for t in args.decode_threads.split(",")]:
+        setup_torch(threads=n)
+        decode[str(n)] = bench_decode(net, args.repeats, args.new_tokens)
+        step[str(n)] = bench_step(net, args.repeats, context=128, window=4)
+    setup_torch(threads=threads)
     figures = {
-        "decode": bench_decode(net, args.repeats, args.new_tokens),
-        "step": bench_step(net, args.repeats, context=128, window=4),
+        "decode": decode,
+        "step": step,
         "train": bench_train(net.train(), args.repeats, batch=32, length=64),
         "environment": {
             "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
+            "threads": threads,
             "machine": platform.machine(),
             "python": platform.python_version(),
             "parameters": net.num_parameters(),
