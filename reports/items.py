@@ -219,7 +219,9 @@ ITEMS: tuple[Item, ...] = (
         make=lambda d: _when(d.run.engines, lambda f: tables.engines_table(f, d.run.throughput)),
         caption=(
             "Which AR engines ran in the baseline stage (`results/baseline/<task>.json`), and "
-            "vLLM's aggregate tokens/s at each concurrency (throughput regime)."
+            "the throughput regime on its prompts: aggregate tokens/s of our AR "
+            "(`generate_batch`) and transformers (batched `generate`) at each batch size, and of "
+            "vLLM at each concurrency (requests in flight)."
         ),
     ),
     Item(

@@ -78,7 +78,8 @@ def best_config_table(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def engines_table(engines: pd.DataFrame, throughput: pd.DataFrame) -> pd.DataFrame:
-    """Baseline engines per task: ran or not (and why), aggregate tokens/s per concurrency."""
+    """Baseline engines per task: ran or not (and why), aggregate tokens/s per batch size (our
+    AR and transformers) or concurrency (vLLM)."""
     if engines.empty:
         return pd.DataFrame()
     rates = {}
@@ -92,7 +93,7 @@ def engines_table(engines: pd.DataFrame, throughput: pd.DataFrame) -> pd.DataFra
             "engine": engines["engine"],
             "status": engines["status"],
             "detail": engines["detail"].map(fmt),
-            "aggregate tokens/s by concurrency": [
+            "aggregate tokens/s by batch size (vLLM: concurrency)": [
                 rates.get((t, e), "")
                 for t, e in zip(engines["task"], engines["engine"], strict=True)
             ],

@@ -397,3 +397,42 @@ def test_real_vllm_greedy_tokens_equal_ours(tmp_path: Path, heads: tuple[int, in
             )
             assert theirs.token_source == "server", theirs
             assert theirs.tokens == ours.tokens
+
+
+def test_batched_regime_counts_tokens_and_checks_rows_against_the_smallest_batch() -> None:
+    """The baseline stage's throughput regime: tokens up to and including EOS over the time of
+    all batches of a size, warm-up excluded; a row that changes with the batch is reported."""
+    from types import SimpleNamespace
+
+    from setdiff.baselines.config import BaselineConfig
+    from setdiff.stages.baseline import _batched
+
+    calls: list[tuple[str, int]] = []
+
+    def engine(name: str, drift: bool) -> Any:
+        def decode(prompts: list[list[int]]) -> tuple[list[list[int]], float]:
+            calls.append((name, len(prompts)))
+            rows = [[7] * len(p) + [2, 0, 0] for p in prompts]  # EOS = 2, then padding
+            if drift and len(prompts) > 1:
+                rows[0] = [8, 2]
+            return rows, 1.0
+
+        return decode
+
+    prompts = [[1], [1, 5], [1, 5, 6]]
+    own = SimpleNamespace(tokenizer=SimpleNamespace(eos_id=2))
+    out = _batched(
+        {"steady": engine("steady", False), "drifting": engine("drifting", True)},
+        prompts,
+        [[1, 9]],
+        BaselineConfig(batch_sizes=(1, 2)),
+        own,  # type: ignore[arg-type]
+    )
+    new_tokens = 2 + 3 + 4  # each row's 7s and its EOS
+    assert out["steady"]["throughput"] == {"1": new_tokens / 3.0, "2": new_tokens / 2.0}
+    assert out["steady"]["rows_equal_smallest_batch"]
+    assert not out["drifting"]["rows_equal_smallest_batch"]
+    # per batch size: each engine's warm-up batch, then its batches (interleaved by size)
+    assert calls[:8] == [("steady", 1)] * 4 + [("drifting", 1)] * 4
+    with pytest.raises(ValueError, match="batch_sizes must be ints >= 1"):
+        BaselineConfig(batch_sizes=(0,))

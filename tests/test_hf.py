@@ -21,7 +21,7 @@ from transformers import (
 import setdiff
 from setdiff import hf
 from setdiff.artifacts import save_model_dir
-from setdiff.baselines.hf_engine import hf_generate, load_hf_model
+from setdiff.baselines.hf_engine import hf_generate, hf_generate_batch, load_hf_model
 from setdiff.hf import choose_mask_id, export_hf, load_hf_backbone, model_config_from_hf
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import make_paradigm
@@ -167,6 +167,26 @@ def test_greedy_tokens_match_hf_generate(
         assert theirs["stopped"] == ours.stopped
         assert theirs["n_new_tokens"] == len(ours.tokens) and theirs["seconds"] > 0
     assert not eos or ours.tokens  # the sharpened model decodes something either way
+
+
+@pytest.mark.parametrize("eos", [True, False], ids=["stop-at-eos", "no-eos"])
+def test_batched_hf_generate_rows_equal_batch_1(
+    exported: tuple[Transformer, Path], tokenizer: Tokenizer, eos: bool, single_thread: None
+) -> None:
+    """Left-padded prompts of different lengths and budgets: each row is its batch-1 decode."""
+    _, out = exported
+    eos_id = tokenizer.eos_id if eos else None
+    model = load_hf_model(out)
+    prompts = [[tokenizer.bos_id, *tokenizer.encode(t)] for t in ("hello", "the quick", "z")]
+    budgets = [24, 10, 17]
+    batch = hf_generate_batch(model, prompts, budgets, eos_id)
+    alone = [
+        hf_generate(model, p, n, eos_id)["tokens"] for p, n in zip(prompts, budgets, strict=True)
+    ]
+    assert batch["tokens"] == alone and batch["seconds"] > 0
+    assert [len(t) for t in alone] != [len(t) for t in alone][:1] * 3  # rows end differently
+    with pytest.raises(ValueError, match="non-empty"):
+        hf_generate_batch(model, [[1], []], [2, 2], eos_id)
 
 
 def test_hf_generate_loads_a_directory(exported: tuple[Transformer, Path]) -> None:

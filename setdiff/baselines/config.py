@@ -29,7 +29,14 @@ class BaselineConfig:
     warmup: int = 3
     device: str = "cpu"
     threads: int = 1
+    batch_sizes: tuple[int, ...] = (1, 4, 16, 64)
+    """Throughput regime of our AR (`generate_batch`) and transformers (batched ``generate``):
+    the prompts decoded in batches of each size; vLLM's is ``vllm.concurrency``."""
     vllm: VLLMConfig = VLLMConfig()
 
     def __post_init__(self) -> None:
         check(self.n_examples >= 1 and self.warmup >= 0, "n_examples >= 1 and warmup >= 0")
+        check(
+            all(isinstance(b, int) and b >= 1 for b in self.batch_sizes),
+            f"batch_sizes must be ints >= 1, got {list(self.batch_sizes)}",
+        )

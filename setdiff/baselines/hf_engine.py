@@ -1,4 +1,5 @@
-"""AR baseline with ``transformers``: greedy ``generate`` with a KV cache, batch 1, timed.
+"""AR baseline with ``transformers``: greedy ``generate`` with a KV cache, timed; batch 1
+(`hf_generate`) or a left-padded batch (`hf_generate_batch`).
 
 Works on any causal-LM directory, in particular one written by `setdiff.hf.export_hf`, whose
 ``generation_config.json`` suppresses [MASK] as our AR decoder does, so the two give the same
@@ -83,6 +84,48 @@ def hf_generate(
         "stopped": eos_id is not None and bool(tokens) and tokens[-1] == eos_id,
         "device": str(run_device),
     }
+
+
+def hf_generate_batch(
+    model: PreTrainedModel,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: Sequence[int],
+    eos_id: int | None,
+) -> dict[str, Any]:
+    """Greedy batched decoding: the prompts left-padded into one ``generate`` call.
+
+    Each row stops at EOS (kept) or at its own `max_new_tokens`; rows that end early are padded
+    by ``generate`` until the longest is done, and those pads are not returned. Returns
+    ``tokens`` (one list of new ids per row) and ``seconds`` (the one generate call).
+    """
+    if not prompts or any(not p for p in prompts):
+        raise ValueError("prompts must be non-empty lists of token ids (e.g. BOS first)")
+    device = next(model.parameters()).device
+    pad = model.generation_config.pad_token_id
+    pad = pad if pad is not None else (eos_id if eos_id is not None else 0)
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    attention = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, prompt in enumerate(prompts):
+        input_ids[i, width - len(prompt) :] = torch.tensor(list(prompt))
+        attention[i, width - len(prompt) :] = 1
+    kwargs: dict[str, Any] = dict(
+        attention_mask=attention.to(device),
+        do_sample=False,
+        use_cache=True,
+        max_new_tokens=max(max_new_tokens),
+        eos_token_id=eos_id,
+        pad_token_id=pad,
+    )
+    with torch.inference_mode():
+        output, seconds, _ = _timed(lambda: model.generate(input_ids.to(device), **kwargs), device)
+    tokens = []
+    for row, limit in zip(output[:, width:].tolist(), max_new_tokens, strict=True):
+        row = row[:limit]
+        if eos_id is not None and eos_id in row:
+            row = row[: row.index(eos_id) + 1]
+        tokens.append(row)
+    return {"tokens": tokens, "seconds": seconds}
 
 
 def _timed(

@@ -8,8 +8,12 @@ the Hugging Face format (``models/<task>/ar-hf``) and decoded greedily by:
 - ``transformers``: ``generate`` with KV cache on the exported checkpoint;
 - ``vllm``: the exported checkpoint behind vLLM's OpenAI-compatible server (started here on
   127.0.0.1 from the vLLM environment, or ``baseline.vllm.base_url``), called with the openai
-  client; also at concurrency 1..N for the throughput regime.
-Latency rows interleave the engines per example. If vLLM cannot run, the stage fails with the
+  client; also at concurrency 1..N for the throughput regime (``vllm.concurrency``).
+Latency rows interleave the engines per example. The throughput regime of our AR
+(`generate_batch`) and transformers (left-padded batched ``generate``) decodes the same prompts in
+batches of each of ``batch_sizes`` (interleaved per batch size, warm-up excluded): aggregate
+tokens/s by batch size and whether every row equals its smallest-batch decode, in the JSON beside
+vLLM's by concurrency. If vLLM cannot run, the stage fails with the
 reason unless ``baseline.vllm.on_unavailable: skip`` is set, in which case the JSON says it was
 skipped and why: no engine is ever silently substituted for another.
 """
@@ -34,6 +38,7 @@ from setdiff.measure import Row, count_new_tokens, fingerprint, peak_memory_mb, 
 from setdiff.preset import load_preset
 from setdiff.progress import progress_bar
 from setdiff.runtime import setup_torch
+from setdiff.sampling.batch import generate_batch
 from setdiff.sampling.loop import generate
 from setdiff.stages.common import Layout, parse_args, setup_logging
 from setdiff.tasks import ANSWER_TASKS, read_records
@@ -60,8 +65,11 @@ def main(argv: list[str]) -> None:
     prompts = [[own.tokenizer.bos_id] + own.tokenizer.encode(r["prompt"]) for r in records]
     warm_prompts = [[own.tokenizer.bos_id] + own.tokenizer.encode(r["prompt"]) for r in warm]
     status: dict[str, Any] = {}
-    with _engines(config, hf_dir, own, status) as engines:
+    batched: dict[str, BatchDecoder] = {}
+    with _engines(config, hf_dir, own, status, batched) as engines:
         rows = _latency_rows(args.task, own, engines, prompts, warm_prompts, records)
+        for name, figures in _batched(batched, prompts, warm_prompts, config, own).items():
+            status[name] |= figures
         if "vllm" in engines:
             more, status["vllm"]["throughput"] = _throughput_rows(
                 args.task, own, engines["vllm"], prompts, records, config
@@ -75,10 +83,6 @@ def main(argv: list[str]) -> None:
             "task": args.task,
             "config": to_dict(config),
             "engines": status,
-            "batched_decode": {
-                "setdiff": "not supported (batch-1 samplers)",
-                "transformers": "not measured",
-            },
             "fingerprint": fingerprint(
                 torch.device(config.device),
                 params_hash=preset.digest("baseline"),
@@ -91,13 +95,20 @@ def main(argv: list[str]) -> None:
 
 Decoder = Callable[[list[int]], tuple[list[int], float]]
 """prompt ids -> (new token ids, seconds)."""
+BatchDecoder = Callable[[list[list[int]]], tuple[list[list[int]], float]]
+"""prompts -> (new token ids per row, seconds of the batch)."""
 
 
 @contextlib.contextmanager
 def _engines(
-    config: BaselineConfig, hf_dir: Path, own: LoadedModel, status: dict[str, Any]
+    config: BaselineConfig,
+    hf_dir: Path,
+    own: LoadedModel,
+    status: dict[str, Any],
+    batched: dict[str, BatchDecoder],
 ) -> Iterator[dict[str, Decoder]]:
-    """Decoders by engine name, own AR first; vLLM's server lives as long as the context."""
+    """Decoders by engine name, own AR first; vLLM's server lives as long as the context.
+    `batched` gets the batch decoders of our AR (`generate_batch`) and transformers."""
     eos, seq_len = own.tokenizer.eos_id, own.net.config.max_seq_len
     device = torch.device(config.device)
 
@@ -108,13 +119,24 @@ def _engines(
         )
         return result.tokens, seconds
 
+    def ours_batch(prompts: list[list[int]]) -> tuple[list[list[int]], float]:
+        budget = [seq_len - len(p) for p in prompts]
+        results, seconds = timed(
+            lambda: generate_batch(own, prompts, max_new_tokens=budget, stop_ids=[eos]), device
+        )
+        return [r.tokens for r in results], seconds
+
     engines: dict[str, Decoder] = {"setdiff": ours}
+    batched["setdiff"] = ours_batch
     status["setdiff"] = {"status": "ran"}
     if "transformers" in config.engines:
-        from setdiff.baselines.hf_engine import hf_generate, load_hf_model
+        from setdiff.baselines.hf_engine import hf_generate, hf_generate_batch, load_hf_model
 
         model = load_hf_model(hf_dir, device=config.device)
         engines["transformers"] = lambda p: _pick(hf_generate(model, p, seq_len - len(p), eos))
+        batched["transformers"] = lambda ps: _pick(
+            hf_generate_batch(model, ps, [seq_len - len(p) for p in ps], eos)
+        )
         status["transformers"] = {"status": "ran"}
     with contextlib.ExitStack() as stack:
         if "vllm" in config.engines:
@@ -238,6 +260,41 @@ def _latency_rows(
             tokens, seconds = decode(prompt)
             rows.append(_row(task, name, own, prompt, tokens, seconds, records[i], i))
     return rows
+
+
+def _batched(
+    engines: dict[str, BatchDecoder],
+    prompts: list[list[int]],
+    warm: list[list[int]],
+    config: BaselineConfig,
+    own: LoadedModel,
+) -> dict[str, dict[str, Any]]:
+    """Our AR and transformers decoding the prompts in batches of each of ``batch_sizes``,
+    interleaved per batch size (a warm-up batch each, excluded): ``throughput`` (all rows' new
+    tokens, up to and including EOS, over the wall time of all batches) by batch size, and
+    ``rows_equal_smallest_batch`` (every row's tokens equal to its decode in the smallest
+    batch)."""
+    eos = [own.tokenizer.eos_id]
+    seconds = {name: dict.fromkeys(config.batch_sizes, 0.0) for name in engines}
+    tokens: dict[str, dict[int, list[list[int]]]] = {name: {} for name in engines}
+    for size in config.batch_sizes:
+        for name, decode in engines.items():
+            if warm:
+                decode(warm[:size])
+            for start in range(0, len(prompts), size):
+                rows, took = decode(prompts[start : start + size])
+                seconds[name][size] += took
+                tokens[name].setdefault(size, []).extend(rows)
+    out: dict[str, dict[str, Any]] = {}
+    for name in engines:
+        first = tokens[name][min(config.batch_sizes)]
+        new = {b: sum(count_new_tokens(t, eos) for t in rows) for b, rows in tokens[name].items()}
+        out[name] = {
+            "throughput": {str(b): new[b] / seconds[name][b] for b in config.batch_sizes},
+            "rows_equal_smallest_batch": all(rows == first for rows in tokens[name].values()),
+        }
+        log.info("%s batched tokens/s: %s", name, out[name]["throughput"])
+    return out
 
 
 def _throughput_rows(
