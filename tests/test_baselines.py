@@ -434,5 +434,10 @@ def test_batched_regime_counts_tokens_and_checks_rows_against_the_smallest_batch
     assert not out["drifting"]["rows_equal_smallest_batch"]
     # per batch size: each engine's warm-up batch, then its batches (interleaved by size)
     assert calls[:8] == [("steady", 1)] * 4 + [("drifting", 1)] * 4
+    assert calls[8:] == [("steady", 2), ("steady", 2), ("steady", 1)] + [
+        ("drifting", 2),
+        ("drifting", 2),
+        ("drifting", 1),
+    ]  # a full-size warm-up batch (the one warm-up prompt repeated), then 2 + 1 rows
     with pytest.raises(ValueError, match="batch_sizes must be ints >= 1"):
         BaselineConfig(batch_sizes=(0,))

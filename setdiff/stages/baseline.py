@@ -270,17 +270,17 @@ def _batched(
     own: LoadedModel,
 ) -> dict[str, dict[str, Any]]:
     """Our AR and transformers decoding the prompts in batches of each of ``batch_sizes``,
-    interleaved per batch size (a warm-up batch each, excluded): ``throughput`` (all rows' new
-    tokens, up to and including EOS, over the wall time of all batches) by batch size, and
-    ``rows_equal_smallest_batch`` (every row's tokens equal to its decode in the smallest
-    batch)."""
+    interleaved per batch size, each after a full-size warm-up batch of the warm-up prompts
+    (excluded): ``throughput`` (all rows' new tokens, up to and including EOS, over the wall
+    time of all batches) by batch size, and ``rows_equal_smallest_batch`` (every row's tokens
+    equal to its decode in the smallest batch)."""
     eos = [own.tokenizer.eos_id]
     seconds = {name: dict.fromkeys(config.batch_sizes, 0.0) for name in engines}
     tokens: dict[str, dict[int, list[list[int]]]] = {name: {} for name in engines}
     for size in config.batch_sizes:
         for name, decode in engines.items():
-            if warm:
-                decode(warm[:size])
+            if warm:  # a full-size batch, so that first-touch allocations are not timed
+                decode((warm * size)[:size])
             for start in range(0, len(prompts), size):
                 rows, took = decode(prompts[start : start + size])
                 seconds[name][size] += took
