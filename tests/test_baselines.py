@@ -402,8 +402,6 @@ def test_real_vllm_greedy_tokens_equal_ours(tmp_path: Path, heads: tuple[int, in
 def test_batched_regime_counts_tokens_and_checks_rows_against_the_smallest_batch() -> None:
     """The baseline stage's throughput regime: tokens up to and including EOS over the time of
     all batches of a size, warm-up excluded; a row that changes with the batch is reported."""
-    from types import SimpleNamespace
-
     from setdiff.baselines.config import BaselineConfig
     from setdiff.stages.baseline import _batched
 
@@ -420,14 +418,8 @@ def test_batched_regime_counts_tokens_and_checks_rows_against_the_smallest_batch
         return decode
 
     prompts = [[1], [1, 5], [1, 5, 6]]
-    own = SimpleNamespace(tokenizer=SimpleNamespace(eos_id=2))
-    out = _batched(
-        {"steady": engine("steady", False), "drifting": engine("drifting", True)},
-        prompts,
-        [[1, 9]],
-        BaselineConfig(batch_sizes=(1, 2)),
-        own,  # type: ignore[arg-type]
-    )
+    engines = {"steady": engine("steady", False), "drifting": engine("drifting", True)}
+    out = _batched(engines, prompts, [[1, 9]], (1, 2), eos_id=2)
     new_tokens = 2 + 3 + 4  # each row's 7s and its EOS
     assert out["steady"]["throughput"] == {"1": new_tokens / 3.0, "2": new_tokens / 2.0}
     assert out["steady"]["rows_equal_smallest_batch"]

@@ -62,7 +62,6 @@ def hf_generate(
     model = load_hf_model(hf_dir, device=device) if isinstance(hf_dir, str | Path) else hf_dir
     run_device = next(model.parameters()).device
     input_ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=run_device)  # (1, T)
-    pad_id = model.generation_config.pad_token_id
     kwargs: dict[str, Any] = dict(
         attention_mask=torch.ones_like(input_ids),
         do_sample=False,
@@ -70,7 +69,7 @@ def hf_generate(
         max_new_tokens=max_new_tokens,
         # Passed even when None: a keyword None overrides the model's generation config.
         eos_token_id=eos_id,
-        pad_token_id=pad_id if pad_id is not None else (eos_id if eos_id is not None else 0),
+        pad_token_id=_pad_id(model, eos_id),
     )
     with torch.inference_mode():
         output, seconds, wall = _timed(lambda: model.generate(input_ids, **kwargs), run_device)
@@ -100,9 +99,7 @@ def hf_generate_batch(
     """
     if not prompts or any(not p for p in prompts):
         raise ValueError("prompts must be non-empty lists of token ids (e.g. BOS first)")
-    device = next(model.parameters()).device
-    pad = model.generation_config.pad_token_id
-    pad = pad if pad is not None else (eos_id if eos_id is not None else 0)
+    device, pad = next(model.parameters()).device, _pad_id(model, eos_id)
     width = max(len(p) for p in prompts)
     input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
     attention = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -126,6 +123,12 @@ def hf_generate_batch(
             row = row[: row.index(eos_id) + 1]
         tokens.append(row)
     return {"tokens": tokens, "seconds": seconds}
+
+
+def _pad_id(model: PreTrainedModel, eos_id: int | None) -> int:
+    """The model's pad token, else EOS, else 0 (padding is masked out either way)."""
+    pad = model.generation_config.pad_token_id
+    return pad if pad is not None else (eos_id if eos_id is not None else 0)
 
 
 def _timed(

@@ -68,7 +68,8 @@ def main(argv: list[str]) -> None:
     batched: dict[str, BatchDecoder] = {}
     with _engines(config, hf_dir, own, status, batched) as engines:
         rows = _latency_rows(args.task, own, engines, prompts, warm_prompts, records)
-        for name, figures in _batched(batched, prompts, warm_prompts, config, own).items():
+        regime = _batched(batched, prompts, warm_prompts, config.batch_sizes, own.tokenizer.eos_id)
+        for name, figures in regime.items():
             status[name] |= figures
         if "vllm" in engines:
             more, status["vllm"]["throughput"] = _throughput_rows(
@@ -266,31 +267,32 @@ def _batched(
     engines: dict[str, BatchDecoder],
     prompts: list[list[int]],
     warm: list[list[int]],
-    config: BaselineConfig,
-    own: LoadedModel,
+    batch_sizes: tuple[int, ...],
+    eos_id: int,
 ) -> dict[str, dict[str, Any]]:
     """Our AR and transformers decoding the prompts in batches of each of ``batch_sizes``,
     interleaved per batch size, each after a full-size warm-up batch of the warm-up prompts
     (excluded): ``throughput`` (all rows' new tokens, up to and including EOS, over the wall
     time of all batches) by batch size, and ``rows_equal_smallest_batch`` (every row's tokens
     equal to its decode in the smallest batch)."""
-    eos = [own.tokenizer.eos_id]
-    seconds = {name: dict.fromkeys(config.batch_sizes, 0.0) for name in engines}
-    tokens: dict[str, dict[int, list[list[int]]]] = {name: {} for name in engines}
-    for size in config.batch_sizes:
+    seconds = {name: dict.fromkeys(batch_sizes, 0.0) for name in engines}
+    tokens: dict[str, dict[int, list[list[int]]]] = {
+        name: {b: [] for b in batch_sizes} for name in engines
+    }
+    for size in batch_sizes:
         for name, decode in engines.items():
             if warm:  # a full-size batch, so that first-touch allocations are not timed
                 decode((warm * size)[:size])
             for start in range(0, len(prompts), size):
                 rows, took = decode(prompts[start : start + size])
                 seconds[name][size] += took
-                tokens[name].setdefault(size, []).extend(rows)
+                tokens[name][size].extend(rows)
     out: dict[str, dict[str, Any]] = {}
     for name in engines:
-        first = tokens[name][min(config.batch_sizes)]
-        new = {b: sum(count_new_tokens(t, eos) for t in rows) for b, rows in tokens[name].items()}
+        first = tokens[name][min(batch_sizes)]
+        new = {b: sum(count_new_tokens(t, [eos_id]) for t in tokens[name][b]) for b in batch_sizes}
         out[name] = {
-            "throughput": {str(b): new[b] / seconds[name][b] for b in config.batch_sizes},
+            "throughput": {str(b): new[b] / seconds[name][b] for b in batch_sizes},
             "rows_equal_smallest_batch": all(rows == first for rows in tokens[name].values()),
         }
         log.info("%s batched tokens/s: %s", name, out[name]["throughput"])
