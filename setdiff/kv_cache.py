@@ -16,6 +16,18 @@ from typing import Any, Self
 import torch
 
 
+def _layout(model: torch.nn.Module) -> dict[str, Any]:
+    """The key/value shape, dtype and device of `model`'s attention layers."""
+    config, param = model.config, next(model.parameters())
+    return {
+        "n_layer": config.n_layer,
+        "n_kv_head": config.n_kv_head,
+        "head_dim": config.head_dim,
+        "dtype": param.dtype,
+        "device": param.device,
+    }
+
+
 class KVCache:
     """Keys/values of committed tokens, post-RoPE, in commit order."""
 
@@ -41,18 +53,11 @@ class KVCache:
         """Entries dropped from the left on overflow, over the cache's lifetime."""
 
     @classmethod
-    def for_model(cls, model: torch.nn.Module, capacity: int, batch_size: int = 1) -> Self:
-        config = model.config
-        param = next(model.parameters())
-        return cls(
-            n_layer=config.n_layer,
-            batch_size=batch_size,
-            n_kv_head=config.n_kv_head,
-            head_dim=config.head_dim,
-            capacity=capacity,
-            dtype=param.dtype,
-            device=param.device,
-        )
+    def for_model(
+        cls, model: torch.nn.Module, capacity: int, batch_size: int = 1, **extra: Any
+    ) -> Self:
+        """A cache of `capacity` entries shaped for `model`; `extra`: a subclass's arguments."""
+        return cls(capacity=capacity, batch_size=batch_size, **extra, **_layout(model))
 
     @property
     def positions(self) -> torch.Tensor:
@@ -125,23 +130,6 @@ class StaticKVCache(KVCache):
         self.slots = torch.empty(0, dtype=torch.long, device=self.k_NBGCE.device)
         """The slots the next forward stages its inputs at."""
 
-    @classmethod
-    def for_model(  # type: ignore[override]
-        cls, model: torch.nn.Module, capacity: int, slack: int = 0, bucket: int = 1
-    ) -> Self:
-        config, param = model.config, next(model.parameters())
-        return cls(
-            n_layer=config.n_layer,
-            batch_size=1,
-            n_kv_head=config.n_kv_head,
-            head_dim=config.head_dim,
-            capacity=capacity,
-            slack=slack,
-            bucket=bucket,
-            dtype=param.dtype,
-            device=param.device,
-        )
-
     @property
     def slot_count(self) -> int:
         """Slots every forward attends over: ``capacity + slack``, rounded up to the bucket."""
@@ -204,16 +192,7 @@ class RaggedKVCache:
 
     @classmethod
     def for_model(cls, model: torch.nn.Module, capacities: list[int], slack: int) -> RaggedKVCache:
-        config, param = model.config, next(model.parameters())
-        return cls(
-            n_layer=config.n_layer,
-            capacities=capacities,
-            slack=slack,
-            n_kv_head=config.n_kv_head,
-            head_dim=config.head_dim,
-            dtype=param.dtype,
-            device=param.device,
-        )
+        return cls(capacities=capacities, slack=slack, **_layout(model))
 
     def make_room(self, row: int, n_new: int) -> int:
         """Drop row `row`'s oldest entries so that `n_new` more fit its capacity."""
@@ -269,10 +248,28 @@ class RaggedKVCache:
         self._index_B1T1 = None
 
     def keep_rows(self, rows: list[int]) -> None:
-        """Keep only these rows (finished ones leave the batch), in this order."""
-        index = torch.tensor(rows, dtype=torch.long)
-        self.k_NBGCE = self.k_NBGCE[:, index.to(self.device)]
-        self.v_NBGCE = self.v_NBGCE[:, index.to(self.device)]
-        self.positions_BC = self.positions_BC[index]
+        """Keep only these rows (finished ones leave the batch), in this order.
+
+        When every row that moves comes from past the kept ones (the order of
+        `setdiff.sampling.batch.fill_holes`), only those rows are copied and the buffers are cut
+        to a view; any other order gathers every row."""
+        n = len(rows)
+        moved = [i for i, r in enumerate(rows) if i != r]
+        if all(rows[i] >= n for i in moved):
+            dst, src = (
+                torch.tensor(moved, dtype=torch.long),
+                torch.tensor([rows[i] for i in moved], dtype=torch.long),
+            )
+            on_device = dst.to(self.device), src.to(self.device)
+            self.k_NBGCE[:, on_device[0]] = self.k_NBGCE[:, on_device[1]]
+            self.v_NBGCE[:, on_device[0]] = self.v_NBGCE[:, on_device[1]]
+            self.positions_BC[dst] = self.positions_BC[src]
+            self.k_NBGCE, self.v_NBGCE = self.k_NBGCE[:, :n], self.v_NBGCE[:, :n]
+            self.positions_BC = self.positions_BC[:n]
+        else:
+            index = torch.tensor(rows, dtype=torch.long)
+            self.k_NBGCE = self.k_NBGCE[:, index.to(self.device)]
+            self.v_NBGCE = self.v_NBGCE[:, index.to(self.device)]
+            self.positions_BC = self.positions_BC[index]
         self.capacities = [self.capacities[r] for r in rows]
         self.lengths = [self.lengths[r] for r in rows]
