@@ -12,6 +12,7 @@ from setdiff import generate_batch
 from setdiff.kv_cache import RaggedKVCache
 from setdiff.model import Transformer
 from setdiff.paradigm import make_paradigm
+from setdiff.sampling.batch import fill_holes as batch_fill_holes
 from setdiff.sampling.loop import GenerateResult, generate
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -300,3 +301,82 @@ def test_stop_strings_rows_equal_alone(sharp_model: Transformer, name: str, opti
             alone.stopped,
         )
     assert any(r.stopped for r in rows) and not all(r.stopped for r in rows)
+
+
+def _shifted(name: str) -> Any:
+    from setdiff.paradigm import PARADIGMS
+
+    config_cls, _ = PARADIGMS[name]
+    return make_paradigm(name, config_cls(shift=True), mask_id=MASK_ID)
+
+
+@pytest.mark.parametrize("shift", [False, True])
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize(("name", "options"), [*GREEDY[1:6], GREEDY[7], GREEDY[9], GREEDY[11]])
+def test_batched_inputs_are_each_rows_own(
+    sharp_model: Transformer,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    options: dict,
+    use_cache: bool,
+    shift: bool,
+) -> None:
+    # Every forward's batched inputs, row by row, are `forward_inputs` of that row alone; padding
+    # inputs see only their own slot.
+    import dataclasses
+
+    import setdiff.sampling.batch as batch_module
+    from setdiff.sampling.inputs import forward_inputs
+
+    built, checked = batch_module._batch_inputs, []
+
+    def spy(lanes, plans, cache, shift_):  # noqa: ANN001, ANN202
+        tokens, positions, mask, n_inputs = built(lanes, plans, cache, shift_)
+        for r, (lane, plan) in enumerate(zip(lanes, plans, strict=True)):
+            n_before = lane.state.n_committed - plan.commit.numel()
+            before = dataclasses.replace(lane.state, n_committed=n_before)
+            n_cached = cache.lengths[r] if cache is not None else None
+            want_tokens, want_positions, want_mask = forward_inputs(
+                before, plan, n_cached, shift=shift_
+            )
+            n, k = n_inputs[r], want_mask.shape[1]
+            assert torch.equal(tokens[r, :n], want_tokens)
+            assert torch.equal(positions[r, :n], want_positions)
+            assert torch.equal(mask[r, :n, :k], want_mask) and not mask[r, :n, k:].any()
+            for t in range(n, tokens.shape[1]):
+                assert mask[r, t].nonzero().flatten().tolist() == [(n_cached or 0) + t]
+            checked.append(n < tokens.shape[1])
+        return tokens, positions, mask, n_inputs
+
+    monkeypatch.setattr(batch_module, "_batch_inputs", spy)
+    paradigm = _shifted(name) if shift else make_paradigm(name, mask_id=MASK_ID)
+    generate_batch(
+        sharp_model, PROMPTS, max_new_tokens=NEW, paradigm=paradigm, use_cache=use_cache, **options
+    )
+    assert any(checked)  # some forward had padding inputs
+
+
+def test_fill_holes_moves_rows_from_the_end() -> None:
+    assert batch_fill_holes(5, [1]) == [0, 4, 2, 3]
+    assert batch_fill_holes(5, [0, 4]) == [3, 1, 2]
+    assert batch_fill_holes(4, [1, 2]) == [0, 3]
+    assert batch_fill_holes(3, [0, 1, 2]) == []
+    assert batch_fill_holes(3, []) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("rows", [[0, 4, 2, 3], [3, 1, 2], [2, 0, 1], [4, 3]])
+def test_keep_rows_equals_a_gather(rows: list[int]) -> None:
+    # The in-place path (holes filled from the end) and the general gather keep the same rows.
+    cache = RaggedKVCache(n_layer=2, capacities=[6, 7, 8, 9, 10], slack=1, n_kv_head=1, head_dim=2)
+    cache.k_NBGCE.normal_()
+    cache.v_NBGCE.normal_()
+    cache.positions_BC.copy_(torch.arange(cache.positions_BC.numel()).view_as(cache.positions_BC))
+    cache.lengths = [1, 2, 3, 4, 5]
+    want = [(cache.k_NBGCE[:, r].clone(), cache.v_NBGCE[:, r].clone()) for r in rows]
+    positions = cache.positions_BC[rows].clone()
+    cache.keep_rows(rows)
+    assert cache.lengths == [[1, 2, 3, 4, 5][r] for r in rows]
+    assert cache.capacities == [[6, 7, 8, 9, 10][r] for r in rows]
+    assert cache.k_NBGCE.shape[1] == len(rows) and torch.equal(cache.positions_BC, positions)
+    for i, (k, v) in enumerate(want):
+        assert torch.equal(cache.k_NBGCE[:, i], k) and torch.equal(cache.v_NBGCE[:, i], v)
