@@ -408,20 +408,22 @@ def test_batched_regime_counts_tokens_and_checks_rows_against_the_smallest_batch
     calls: list[tuple[str, int]] = []
 
     def engine(name: str, drift: bool) -> Any:
-        def decode(prompts: list[list[int]]) -> tuple[list[list[int]], float]:
+        def decode(prompts: list[list[int]]) -> tuple[list[list[int]], float, int]:
             calls.append((name, len(prompts)))
             rows = [[7] * len(p) + [2, 0, 0] for p in prompts]  # EOS = 2, then padding
             if drift and len(prompts) > 1:
                 rows[0] = [8, 2]
-            return rows, 1.0
+            return rows, 1.0, 10 * len(prompts)
 
         return decode
 
     prompts = [[1], [1, 5], [1, 5, 6]]
     engines = {"steady": engine("steady", False), "drifting": engine("drifting", True)}
-    out = _batched(engines, prompts, [[1, 9]], (1, 2), eos_id=2)
+    out = _batched(engines, prompts, [[1, 9]], (1, 2), eos_id=2, device=torch.device("cpu"))
     new_tokens = 2 + 3 + 4  # each row's 7s and its EOS
     assert out["steady"]["throughput"] == {"1": new_tokens / 3.0, "2": new_tokens / 2.0}
+    assert out["steady"]["forwards"] == {"1": 30, "2": 30}  # warm-up batches not counted
+    assert set(out["steady"]["peak_mem_mb"]) == {"1", "2"}
     assert out["steady"]["rows_equal_smallest_batch"]
     assert not out["drifting"]["rows_equal_smallest_batch"]
     # per batch size: each engine's warm-up batch, then its batches (interleaved by size)

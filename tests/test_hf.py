@@ -185,6 +185,7 @@ def test_batched_hf_generate_rows_equal_batch_1(
     ]
     assert batch["tokens"] == alone and batch["seconds"] > 0
     assert [len(t) for t in alone] != [len(t) for t in alone][:1] * 3  # rows end differently
+    assert batch["forwards"] == max(len(t) for t in alone)  # one per column, until all stop
     with pytest.raises(ValueError, match="non-empty"):
         hf_generate_batch(model, [[1], []], [2, 2], eos_id)
 

@@ -95,7 +95,8 @@ def hf_generate_batch(
 
     Each row stops at EOS (kept) or at its own `max_new_tokens`; rows that end early are padded
     by ``generate`` until the longest is done, and those pads are not returned. Returns
-    ``tokens`` (one list of new ids per row) and ``seconds`` (the one generate call).
+    ``tokens`` (one list of new ids per row), ``seconds`` (the one generate call) and
+    ``forwards`` (its batched forwards: one per generated column, the prefill's included).
     """
     if not prompts or any(not p for p in prompts):
         raise ValueError("prompts must be non-empty lists of token ids (e.g. BOS first)")
@@ -122,7 +123,7 @@ def hf_generate_batch(
         if eos_id is not None and eos_id in row:
             row = row[: row.index(eos_id) + 1]
         tokens.append(row)
-    return {"tokens": tokens, "seconds": seconds}
+    return {"tokens": tokens, "seconds": seconds, "forwards": output.shape[1] - width}
 
 
 def _pad_id(model: PreTrainedModel, eos_id: int | None) -> int:

@@ -68,7 +68,14 @@ def main(argv: list[str]) -> None:
     batched: dict[str, BatchDecoder] = {}
     with _engines(config, hf_dir, own, status, batched) as engines:
         rows = _latency_rows(args.task, own, engines, prompts, warm_prompts, records)
-        regime = _batched(batched, prompts, warm_prompts, config.batch_sizes, own.tokenizer.eos_id)
+        regime = _batched(
+            batched,
+            prompts,
+            warm_prompts,
+            config.batch_sizes,
+            own.tokenizer.eos_id,
+            torch.device(config.device),
+        )
         for name, figures in regime.items():
             status[name] |= figures
         if "vllm" in engines:
@@ -96,8 +103,8 @@ def main(argv: list[str]) -> None:
 
 Decoder = Callable[[list[int]], tuple[list[int], float]]
 """prompt ids -> (new token ids, seconds)."""
-BatchDecoder = Callable[[list[list[int]]], tuple[list[list[int]], float]]
-"""prompts -> (new token ids per row, seconds of the batch)."""
+BatchDecoder = Callable[[list[list[int]]], tuple[list[list[int]], float, int]]
+"""prompts -> (new token ids per row, seconds of the batch, its batched forwards)."""
 
 
 @contextlib.contextmanager
@@ -120,12 +127,12 @@ def _engines(
         )
         return result.tokens, seconds
 
-    def ours_batch(prompts: list[list[int]]) -> tuple[list[list[int]], float]:
+    def ours_batch(prompts: list[list[int]]) -> tuple[list[list[int]], float, int]:
         budget = [seq_len - len(p) for p in prompts]
         results, seconds = timed(
             lambda: generate_batch(own, prompts, max_new_tokens=budget, stop_ids=[eos]), device
         )
-        return [r.tokens for r in results], seconds
+        return [r.tokens for r in results], seconds, max(r.nfe for r in results)
 
     engines: dict[str, Decoder] = {"setdiff": ours}
     batched["setdiff"] = ours_batch
@@ -135,7 +142,7 @@ def _engines(
 
         model = load_hf_model(hf_dir, device=config.device)
         engines["transformers"] = lambda p: _pick(hf_generate(model, p, seq_len - len(p), eos))
-        batched["transformers"] = lambda ps: _pick(
+        batched["transformers"] = lambda ps: _pick_batch(
             hf_generate_batch(model, ps, [seq_len - len(p) for p in ps], eos)
         )
         status["transformers"] = {"status": "ran"}
@@ -149,6 +156,10 @@ def _engines(
 
 def _pick(out: dict[str, Any]) -> tuple[list[int], float]:
     return list(out["tokens"]), float(out["seconds"])
+
+
+def _pick_batch(out: dict[str, Any]) -> tuple[list[list[int]], float, int]:
+    return [list(t) for t in out["tokens"]], float(out["seconds"]), int(out["forwards"])
 
 
 def _vllm(
@@ -269,13 +280,18 @@ def _batched(
     warm: list[list[int]],
     batch_sizes: tuple[int, ...],
     eos_id: int,
+    device: torch.device,
 ) -> dict[str, dict[str, Any]]:
     """Our AR and transformers decoding the prompts in batches of each of ``batch_sizes``,
     interleaved per batch size, each after a full-size warm-up batch of the warm-up prompts
-    (excluded): ``throughput`` (all rows' new tokens, up to and including EOS, over the wall
-    time of all batches) by batch size, and ``rows_equal_smallest_batch`` (every row's tokens
-    equal to its decode in the smallest batch)."""
+    (excluded), by batch size: ``throughput`` (all rows' new tokens, up to and including EOS,
+    over the wall time of all batches), ``forwards`` (their batched forwards) and
+    ``peak_mem_mb`` (`setdiff.measure.peak_memory_mb` after them: on CPU the process's peak
+    RSS, shared by every engine in this process); and ``rows_equal_smallest_batch`` (every
+    row's tokens equal to its decode in the smallest batch)."""
     seconds = {name: dict.fromkeys(batch_sizes, 0.0) for name in engines}
+    forwards = {name: dict.fromkeys(batch_sizes, 0) for name in engines}
+    peak = {name: dict.fromkeys(batch_sizes, 0.0) for name in engines}
     tokens: dict[str, dict[int, list[list[int]]]] = {
         name: {b: [] for b in batch_sizes} for name in engines
     }
@@ -284,15 +300,19 @@ def _batched(
             if warm:  # a full-size batch, so that first-touch allocations are not timed
                 decode((warm * size)[:size])
             for start in range(0, len(prompts), size):
-                rows, took = decode(prompts[start : start + size])
+                rows, took, n_forwards = decode(prompts[start : start + size])
                 seconds[name][size] += took
+                forwards[name][size] += n_forwards
                 tokens[name][size].extend(rows)
+            peak[name][size] = peak_memory_mb(device)
     out: dict[str, dict[str, Any]] = {}
     for name in engines:
         first = tokens[name][min(batch_sizes)]
         new = {b: sum(count_new_tokens(t, [eos_id]) for t in tokens[name][b]) for b in batch_sizes}
         out[name] = {
             "throughput": {str(b): new[b] / seconds[name][b] for b in batch_sizes},
+            "forwards": {str(b): forwards[name][b] for b in batch_sizes},
+            "peak_mem_mb": {str(b): peak[name][b] for b in batch_sizes},
             "rows_equal_smallest_batch": all(rows == first for rows in tokens[name].values()),
         }
         log.info("%s batched tokens/s: %s", name, out[name]["throughput"])
