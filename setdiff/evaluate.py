@@ -5,7 +5,8 @@
   an upper bound (NELBO / order-specific AR NLL) for the others. PPL = exp of it.
 - `answer_rows`: greedy (or configured) decoding of each prompt with the paradigm's sampler,
   scored with the task generator's own checker; one row per example with the token accounting
-  (new tokens up to and including EOS, NFE, forward seconds).
+  (new tokens up to and including EOS, NFE, forward seconds); batched (`generate_batch`, the
+  same rows) where only the scores are wanted.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from setdiff.artifacts import LoadedModel
 from setdiff.batching import ArraySplit
 from setdiff.config import check, frozen
 from setdiff.progress import progress_bar
+from setdiff.sampling.batch import generate_batch
 from setdiff.sampling.loop import generate
 from setdiff.tasks import ANSWER_TASKS
 
@@ -83,6 +85,11 @@ def likelihood(
     return Likelihood(nll / tokens, tokens, sequences, paradigm.exact_likelihood)
 
 
+SCORING_BATCH = 64
+"""Prompts decoded together where only the scores are used (training curves, `retrain.score`):
+`generate_batch` yields each row's tokens and NFE exactly as decoding it alone."""
+
+
 def answer_rows(
     model: LoadedModel,
     records: Iterable[Mapping[str, Any]],
@@ -91,47 +98,65 @@ def answer_rows(
     seq_len: int,
     decode_options: Mapping[str, Any],
     show_progress: bool = True,
+    batch_size: int = 1,
 ) -> list[dict[str, Any]]:
-    """Decode and score each record's prompt; raises for tasks without answers."""
+    """Decode and score each record's prompt; raises for tasks without answers.
+
+    `batch_size` > 1 decodes that many prompts together (`generate_batch`: the same tokens,
+    NFE and stop per row as one at a time); a row's ``seconds`` and ``forward_seconds`` are then
+    its batch's, shared with the other rows, so per-row latency needs ``batch_size`` 1."""
     if task not in ANSWER_TASKS:
         raise ValueError(f"task {task!r} has no checkable answers; known: {sorted(ANSWER_TASKS)}")
     if model.tokenizer is None:
         raise ValueError(f"{model.path}: model directory has no tokenizer.json")
+    check(batch_size >= 1, "answer_rows: batch_size must be >= 1")
     tok = model.tokenizer
-    rows = []
-    for i, record in enumerate(
-        progress_bar(list(records), desc=f"decode {task}", disable=not show_progress)
-    ):
-        prompt = [tok.bos_id] + tok.encode(record["prompt"])
+    records = list(records)
+    prompts = [[tok.bos_id] + tok.encode(record["prompt"]) for record in records]
+    for i, prompt in enumerate(prompts):
         if len(prompt) >= seq_len:
             raise ValueError(
                 f"example {i}: prompt of {len(prompt)} tokens leaves no room in {seq_len}"
             )
-        tic = time.perf_counter()
-        result = generate(
-            model,
-            prompt,
-            max_new_tokens=seq_len - len(prompt),
-            stop_ids=[tok.eos_id],
-            **decode_options,
-        )
-        seconds = time.perf_counter() - tic
-        text = tok.decode(result.tokens)
-        answer, score = score_answer(task, text, record)
-        rows.append(
-            {
-                "index": i,
-                "prompt_tokens": len(prompt),
-                "new_tokens": len(result.tokens),
-                "nfe": result.nfe,
-                "seconds": seconds,
-                "forward_seconds": result.forward_seconds,
-                "stopped": result.stopped,
-                "text": text,
-                "answer": answer,
-                "reference": str(record["answer"]),
-                "score": score,
-                "exact": float(score == 1.0),
-            }
-        )
+    rows: list[dict[str, Any]] = []
+    with progress_bar(total=len(records), desc=f"decode {task}", disable=not show_progress) as bar:
+        for start in range(0, len(prompts), batch_size):
+            chunk = prompts[start : start + batch_size]
+            budgets = [seq_len - len(prompt) for prompt in chunk]
+            tic = time.perf_counter()
+            if batch_size == 1:
+                results = [
+                    generate(
+                        model,
+                        chunk[0],
+                        max_new_tokens=budgets[0],
+                        stop_ids=[tok.eos_id],
+                        **decode_options,
+                    )
+                ]
+            else:
+                results = generate_batch(
+                    model, chunk, max_new_tokens=budgets, stop_ids=[tok.eos_id], **decode_options
+                )
+            seconds = time.perf_counter() - tic
+            for i, (prompt, result) in enumerate(zip(chunk, results, strict=True), start):
+                text = tok.decode(result.tokens)
+                answer, score = score_answer(task, text, records[i])
+                rows.append(
+                    {
+                        "index": i,
+                        "prompt_tokens": len(prompt),
+                        "new_tokens": len(result.tokens),
+                        "nfe": result.nfe,
+                        "seconds": seconds,
+                        "forward_seconds": result.forward_seconds,
+                        "stopped": result.stopped,
+                        "text": text,
+                        "answer": answer,
+                        "reference": str(records[i]["answer"]),
+                        "score": score,
+                        "exact": float(score == 1.0),
+                    }
+                )
+            bar.update(len(chunk))
     return rows

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from setdiff.artifacts import LoadedModel, sha256_bytes, write_json
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError, build, to_dict
-from setdiff.evaluate import answer_rows
+from setdiff.evaluate import SCORING_BATCH, answer_rows
 from setdiff.initial import initial_source, initial_weights
 from setdiff.model import ModelConfig
 from setdiff.paradigm import PARADIGMS, make_paradigm
@@ -236,5 +236,6 @@ def score(model: LoadedModel, data: Data, decode: Mapping[str, Any]) -> dict[str
         seq_len=data.train.seq_len,
         decode_options=dict(decode),
         show_progress=False,
+        batch_size=SCORING_BATCH,
     )
     return {"accuracy": sum(r["exact"] for r in scored) / len(scored), "n_examples": len(scored)}

@@ -14,8 +14,10 @@ import yaml
 from setdiff import measure
 from setdiff.artifacts import LoadedModel, save_model_dir
 from setdiff.bench import throughput
+from setdiff.bench.config import configurations
 from setdiff.bench.throughput import Method, parse_config, sweep
 from setdiff.config import ConfigError
+from setdiff.evaluate import answer_rows
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import make_paradigm
 from setdiff.stages import bench, tokenize
@@ -190,3 +192,51 @@ def test_bench_stage_throughput_off_and_unknown_config(tmp_path: Path) -> None:
     _run(bench, root)
     out = json.loads((root / "results/throughput/arith.json").read_text())
     assert out["batch_sizes"] == [] and out["figures"] == []
+
+
+@pytest.mark.parametrize(
+    ("paradigm", "options"),
+    [("ar", {}), ("setdlm", {"window": 2, "threshold": 0.5}), ("mdlm", {"chunk_size": 1})],
+)
+def test_batched_answer_rows_equal_one_at_a_time(paradigm: str, options: dict[str, Any]) -> None:
+    """The scorers that decode in batches (training curves, retrain.score) get the same rows."""
+    records = [  # prompts of 4 to 7 characters, batched together
+        {"prompt": f"{a}+{b}=", "entry": {"answer": str(a + b)}, "answer": str(a + b)}
+        for a in (1, 3, 12, 45, 7, 103)
+        for b in (2, 9, 30)
+    ]
+    model = _model(paradigm)
+    kw: dict[str, Any] = dict(task="arith", seq_len=16, decode_options=options)
+    alone = answer_rows(model, records, show_progress=False, **kw)
+    batched = answer_rows(model, records, show_progress=False, batch_size=5, **kw)
+    timing = ("seconds", "forward_seconds")
+    assert [{k: v for k, v in r.items() if k not in timing} for r in batched] == [
+        {k: v for k, v in r.items() if k not in timing} for r in alone
+    ]
+    assert len({r["text"] for r in alone}) > 1 < len({r["prompt_tokens"] for r in alone})
+    with pytest.raises(ValueError, match="batch_size"):
+        answer_rows(model, records, batch_size=0, **kw)
+
+
+def test_sweep_grids_union_and_errors() -> None:
+    """A paradigm's sweep is one grid (every combination) or a list of grids (their union)."""
+    decode = {"mdlm": {"chunk_size": 1}, "ar": {}}.__getitem__
+    sweep_spec = {"mdlm": [{"chunk_size": [1]}, {"chunk_size": [40], "threshold": ["off", 0.9]}]}
+    got = configurations(sweep_spec, decode, ("ar", "mdlm"), "p.yaml")
+    assert [(c.paradigm, c.label, c.options) for c in got] == [
+        ("ar", "default", {}),
+        ("mdlm", "chunk_size=1", {"chunk_size": 1}),
+        ("mdlm", "chunk_size=40 threshold=off", {"chunk_size": 40, "threshold": "off"}),
+        ("mdlm", "chunk_size=40 threshold=0.9", {"chunk_size": 40, "threshold": 0.9}),
+    ]
+    grid = configurations({"mdlm": {"chunk_size": [1, 40]}}, decode, ("mdlm",), "p.yaml")
+    assert [c.label for c in grid] == ["chunk_size=1", "chunk_size=40"]
+    bad = {
+        "listed twice": {"mdlm": [{"chunk_size": [1]}, {"chunk_size": [1, 8]}]},
+        "need a grid or a list of grids": {"mdlm": [["chunk_size"]]},
+        "need a non-empty list": {"mdlm": [{"chunk_size": []}]},
+        "not in the study": {"bd3lm": {"threshold": [0.9]}},
+    }
+    for message, spec in bad.items():
+        with pytest.raises(ConfigError, match=f"p.yaml: bench.sweep.*{message}"):
+            configurations(spec, decode, ("ar", "mdlm"), "p.yaml")

@@ -28,7 +28,7 @@ from setdiff.artifacts import LoadedModel, run_id, save_model_dir, write_json
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError
 from setdiff.distributed import rank_and_world
-from setdiff.evaluate import answer_rows
+from setdiff.evaluate import SCORING_BATCH, answer_rows
 from setdiff.initial import initial_source, initial_weights
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import Paradigm, make_paradigm
@@ -153,6 +153,7 @@ def _accuracy_curve(
             seq_len=net.config.max_seq_len,
             decode_options=options,
             show_progress=False,
+            batch_size=SCORING_BATCH,
         )
         return {"accuracy": sum(r["exact"] for r in rows) / len(rows)}
 
