@@ -61,10 +61,13 @@ def configurations(
     where: str,
 ) -> list[Configuration]:
     """Every (paradigm, decode options) of ``bench.sweep`` over ``decode(paradigm)`` (the
-    ``decode.<paradigm>`` options); `where` names the params file in errors.
+    ``decode.<paradigm>`` options); `where` names the params file in errors. A paradigm's sweep
+    is one grid (``{knob: [values]}``, every combination) or a list of grids (their union, for
+    knobs that matter only at some values of another, e.g. mdlm's threshold at chunk_size 1).
 
     Raises:
-        ConfigError: on a sweep paradigm outside the study, or a knob without a non-empty list.
+        ConfigError: on a sweep paradigm outside the study, a knob without a non-empty list, or
+            one combination listed twice.
     """
     unknown = sorted(set(sweep) - set(paradigms))
     if unknown:
@@ -72,15 +75,23 @@ def configurations(
     out = []
     for name in paradigms:
         base = dict(decode(name))
-        grid = dict(sweep.get(name) or {})
-        for key, values in grid.items():
-            if not isinstance(values, list) or not values:
-                raise ConfigError(f"{where}: bench.sweep.{name}.{key}: need a non-empty list")
-        keys = sorted(grid)
-        for combo in itertools.product(*(grid[k] for k in keys)):
-            chosen = dict(zip(keys, combo, strict=True))
-            label = " ".join(f"{k}={v}" for k, v in chosen.items()) or "default"
-            out.append(Configuration(paradigm=name, label=label, options={**base, **chosen}))
+        spec = sweep.get(name) or {}
+        grids = spec if isinstance(spec, list) else [spec]
+        labels: set[str] = set()
+        for grid in grids:
+            if not isinstance(grid, Mapping):
+                raise ConfigError(f"{where}: bench.sweep.{name}: need a grid or a list of grids")
+            for key, values in grid.items():
+                if not isinstance(values, list) or not values:
+                    raise ConfigError(f"{where}: bench.sweep.{name}.{key}: need a non-empty list")
+            keys = sorted(grid)
+            for combo in itertools.product(*(grid[k] for k in keys)):
+                chosen = dict(zip(keys, combo, strict=True))
+                label = " ".join(f"{k}={v}" for k, v in chosen.items()) or "default"
+                if label in labels:
+                    raise ConfigError(f"{where}: bench.sweep.{name}: {label!r} listed twice")
+                labels.add(label)
+                out.append(Configuration(paradigm=name, label=label, options={**base, **chosen}))
     return out
 
 
