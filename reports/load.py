@@ -120,9 +120,12 @@ def _subdirs(path: Path) -> list[str]:
 
 
 def _stems(path: Path, suffix: str) -> list[str]:
+    """Names of the ``<name><suffix>`` files in `path`; a name with a dot is a sidecar of another
+    (``arith.select.csv``: the bench's validation rows), never a task or paradigm."""
     if not path.is_dir():
         return []
-    return sorted(p.name[: -len(suffix)] for p in path.iterdir() if p.name.endswith(suffix))
+    stems = (p.name[: -len(suffix)] for p in path.iterdir() if p.name.endswith(suffix))
+    return sorted(stem for stem in stems if "." not in stem)
 
 
 def _union(*lists: Iterable[Any]) -> list[str]:

@@ -383,6 +383,8 @@ def write_run(root: Path, seed: int = 0, speed: float = 1.0, preset: str = "test
     _write(root / "params.yaml", yaml.safe_dump(params))
     rows, traces = _bench("arith", rng, speed)
     _write(root / "results/bench/arith.csv", pd.DataFrame(rows).to_csv(index=False))
+    # the validation rows the tradeoff chooses on (bench.run.n_select): a sidecar, not a task
+    _write(root / "results/bench/arith.select.csv", pd.DataFrame(rows[:10]).to_csv(index=False))
     _write(root / "results/bench/arith.traces.jsonl", "\n".join(map(json.dumps, traces)) + "\n")
     configs = [
         {"paradigm": p, "config": c[0], "options": {}} for p in PARADIGMS for c in CONFIGS[p]
