@@ -56,6 +56,8 @@ run:
 	  fi; \
 	fi
 	$(BIN)/setdiff preset $(PRESET)
+	# The fine-tunes (train stages) side by side, cores / threads at a time; then the rest.
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m flows.lanes
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/dvc repro
 	$(BIN)/setdiff summary
 

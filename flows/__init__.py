@@ -12,6 +12,8 @@ takes no decision of its own (order from ``dvc.yaml``, skip or re-run from DVC).
 - `flows.study`: the Optuna side of a study (seeded sampler, ask/tell rounds, the export).
 - `flows.runner`: where a study runs (task runner, storage reachability, the study's lock).
 - `flows.pipeline`: the DVC stages in order, each as a ``dvc repro <stage>`` task.
+- `flows.lanes`: the ``train`` stages (fine-tunes) through ``dvc repro``, several at a time
+  (``make run``; plain Python, no Prefect: a thread pool over ``dvc repro --single-item``).
 - `flows.serve`: both as local deployments (``python -m flows.serve``).
 - `flows.tasks`: the shared tasks (subprocesses, retries for infrastructure faults only, the
   compute concurrency limit).

@@ -129,6 +129,9 @@ class SetSizeStudyConfig:
     """Fine-tuning steps; None = the paradigm's own ``train.<task>`` recipe steps."""
     lr: float | None = None
     """Peak learning rate; None = the paradigm's own recipe's."""
+    threads: int | None = None
+    """Training threads; None = the recipe's (one for fine-tunes that run side by side, where
+    this stage runs alone)."""
     decode_main: bool = True
     """Also decode the main run's setdlm model at window W = D, untrained at D: what the
     window alone gives, beside what training at D adds."""
@@ -138,6 +141,7 @@ class SetSizeStudyConfig:
     def __post_init__(self) -> None:
         check(self.start in ("ar", "main"), f"start must be ar|main, got {self.start!r}")
         check(self.lr is None or self.lr > 0, f"lr must be > 0, got {self.lr}")
+        check(self.threads is None or self.threads >= 0, f"threads must be >= 0: {self.threads}")
         bad = [p for p in self.paradigms if p not in SET_SIZE_KEYS]
         check(not bad, f"paradigms: {bad} have no set size; use {list(SET_SIZE_KEYS)}")
         check(len(self.paradigms) > 0, "paradigms must not be empty")

@@ -25,7 +25,7 @@ def checkout(tmp_path: Path) -> Path:
     shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     bin_dir = tmp_path / ".venv" / "bin"
-    for tool in ("setdiff", "dvc"):
+    for tool in ("setdiff", "dvc", "python"):
         _stub(bin_dir / tool, f'echo "{tool} $*" >> "{tmp_path}/calls"')
     (bin_dir / ".installed").touch()
     return tmp_path
@@ -52,7 +52,12 @@ def test_a_failed_vllm_install_does_not_stop_the_run(checkout: Path) -> None:
     assert "no wheel for this platform" in (checkout / "vllm-env.log").read_text()
     assert not (checkout / ".venv-vllm").exists()
     calls = (checkout / "calls").read_text().splitlines()
-    assert calls == ["setdiff preset default", "dvc repro", "setdiff summary"]
+    assert calls == [
+        "setdiff preset default",
+        "python -m flows.lanes",
+        "dvc repro",
+        "setdiff summary",
+    ]
 
 
 def test_a_dry_run_builds_nothing(checkout: Path) -> None:

@@ -119,6 +119,7 @@ def _cell(
         train={
             **({} if study.steps is None else {"steps": study.steps}),
             **({} if study.lr is None else {"lr": study.lr}),
+            **({} if study.threads is None else {"threads": study.threads}),
         },
         start=Layout(root, task).model(paradigm) if study.start == "main" else None,
     )
