@@ -367,6 +367,8 @@ ITEMS: tuple[Item, ...] = (
         section=TRAINING,
         needs=("train",),
         make=lambda d: _when(d.run.train, tables.training_table),
+        caption="seconds: each training's wall time on its recipe's `threads` (`make run` "
+        "trains the fine-tunes side by side, `flows.lanes`).",
     ),
     Item(
         name="fingerprint",
