@@ -33,14 +33,11 @@ def forward_inputs(
     fed = committed if n_cached is None else plan.commit
     key_positions = committed[len(committed) - n_keys :]
     mask = decode_mask(all_groups[len(all_groups) - n_keys :], fed.numel(), plan.query_attend)
-    positions = torch.cat((fed, plan.queries))
-    tokens = state.canvas[positions]
     m = plan.queries.numel()
-    if shift and m:
-        # Position 0 (BOS, never a target) has nothing before it: its query stays in place.
-        before = (plan.queries - 1).clamp(min=0)
-        tokens[-m:] = state.canvas[before]
-        positions[-m:] = before
-        hidden = (key_positions[None, :] == before[:, None]) & (plan.queries[:, None] > 0)
-        mask[-m:, :n_keys] &= ~hidden
+    # Position 0 (BOS, never a target) has nothing before it: its query stays in place.
+    queries = (plan.queries - 1).clamp(min=0) if shift else plan.queries
+    positions = torch.cat((fed, queries))
+    tokens = state.canvas[positions]
+    if shift and m:  # the query of p does not see p - 1's committed key (no key sits at -1)
+        mask[-m:, :n_keys] &= key_positions != (plan.queries - 1)[:, None]
     return tokens, positions, mask
