@@ -20,6 +20,8 @@ Figures written (with their targets from the core and throughput issues); ``deco
 - ``step_cost_ratio``: one setdlm step (C + W = 8 inputs against the cache) over one AR step
   (1 input) on the same model and context (target <= 1.15), the same ratio measured over whole
   decodes (``step_cost_ratio_in_decode``: C = 1, W = 4), and ``step_cost_by_inputs`` (2, 4, 8).
+- ``*_shift``: the decode figures with shifted queries (``shift: true``, the default preset's
+  setdlm: each query fed at the position before its own, not seeing that position's key).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from setdiff.batching import ArraySplit
 from setdiff.kv_cache import KVCache
 from setdiff.masks import decode_mask
 from setdiff.model import ModelConfig, Transformer
-from setdiff.paradigm import make_paradigm
+from setdiff.paradigm import SetDLMConfig, make_paradigm
 from setdiff.runtime import setup_torch
 from setdiff.sampling.loop import generate
 
@@ -77,6 +79,7 @@ def interleaved(fns: dict[K, Callable[[], object]], repeats: int) -> dict[K, flo
 def bench_decode(net: Transformer, repeats: int, new_tokens: int) -> dict[str, float]:
     prompt = [1] + list(range(4, 20))
     setdlm, ar = make_paradigm("setdlm", mask_id=MASK_ID), make_paradigm("ar", mask_id=MASK_ID)
+    shifted = make_paradigm("setdlm", SetDLMConfig(shift=True), mask_id=MASK_ID)
     results: dict[str, object] = {}
 
     runs: dict[str, list[tuple[float, float]]] = {}  # (forward seconds, wall seconds) per run
@@ -96,6 +99,10 @@ def bench_decode(net: Transformer, repeats: int, new_tokens: int) -> dict[str, f
             "setdlm_cached": run("setdlm_cached", setdlm, window=4),
             "setdlm_recompute": run("setdlm_recompute", setdlm, window=4, use_cache=False),
             "ar_cached": run("ar_cached", ar),
+            "setdlm_shift_cached": run("setdlm_shift_cached", shifted, window=4),
+            "setdlm_shift_recompute": run(
+                "setdlm_shift_recompute", shifted, window=4, use_cache=False
+            ),
             "setdlm_compiled": run("setdlm_compiled", setdlm, window=4, compile_step=True),
             "ar_compiled": run("ar_compiled", ar, compile_step=True),
         },
@@ -121,6 +128,10 @@ def bench_decode(net: Transformer, repeats: int, new_tokens: int) -> dict[str, f
         "cached_vs_recompute_speedup": times["setdlm_recompute"] / times["setdlm_cached"],
         "decode_overhead_share": overhead("setdlm_cached"),
         "step_cost_ratio_in_decode": per_step("setdlm_cached") / per_step("ar_cached"),
+        "setdlm_shift_cached_seconds": times["setdlm_shift_cached"],
+        "cached_vs_recompute_speedup_shift": times["setdlm_shift_recompute"]
+        / times["setdlm_shift_cached"],
+        "step_cost_ratio_in_decode_shift": per_step("setdlm_shift_cached") / per_step("ar_cached"),
         "setdlm_compiled_seconds": times["setdlm_compiled"],
         "ar_compiled_seconds": times["ar_compiled"],
         "cached_vs_recompute_speedup_compiled": times["setdlm_recompute"]
