@@ -1,0 +1,67 @@
+"""The engine's host cost without a GPU (`setdiff.bench.host`): the read counter, the zero-cost
+stand-in model, and the one-engine issue's target of at most one host read per decode step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from setdiff.bench.host import (
+    CONFIG,
+    DECODES,
+    HostReads,
+    StandIn,
+    count_host_reads,
+    decode,
+    host_reads_per_step,
+)
+from setdiff.model import Transformer
+
+
+def test_counter_counts_each_kind_of_host_read() -> None:
+    t = torch.arange(5)
+
+    def reads() -> None:
+        int(t[1])  # _local_scalar_dense
+        bool((t > 2).any())  # _local_scalar_dense
+        t.sum().item()  # _local_scalar_dense
+        t.nonzero()  # nonzero
+        t.tolist()  # Tensor.tolist
+        t.cpu()  # Tensor.cpu
+        t.numpy()  # Tensor.numpy
+        t + 1  # no read
+
+    assert count_host_reads(reads) == 7
+
+
+def test_counter_restores_tensor_methods() -> None:
+    before = {name: getattr(torch.Tensor, name) for name in HostReads.METHODS}
+    with pytest.raises(RuntimeError):
+        count_host_reads(lambda: (_ for _ in ()).throw(RuntimeError("boom")))
+    assert {name: getattr(torch.Tensor, name) for name in HostReads.METHODS} == before
+
+
+@pytest.mark.parametrize("name", list(DECODES))
+@pytest.mark.parametrize("batch", [1, 4])
+def test_stand_in_decodes_every_slot(name: str, batch: int) -> None:
+    """The zero-cost model drives a whole decode (it never emits the stop id), cached."""
+    calls = decode(StandIn(CONFIG), name, batch, new_tokens=12)
+    assert 1 <= calls <= 12
+
+
+@pytest.fixture(scope="module")
+def net() -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(CONFIG).eval()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 35 (one engine): today's engine reads tensor values on the host several "
+    "times a step (plans, accept rules, stops); the device-resident engine must read at most once",
+)
+@pytest.mark.parametrize("name", list(DECODES))
+@pytest.mark.parametrize("batch", [1, 16])
+def test_at_most_one_host_read_per_step(net: Transformer, name: str, batch: int) -> None:
+    with torch.inference_mode():
+        assert host_reads_per_step(net, name, batch, new_tokens=24) <= 1
