@@ -1,13 +1,23 @@
 """GPU check: bf16 training steps, cached = uncached decoding on the device, batch-1 decode speed.
 
-    python -m setdiff.bench.gpu [--device cuda] [--out metrics/bench/gpu.json]
+    python -m setdiff.bench.gpu [--device cuda] [--out metrics/bench/gpu.json] [--budget 230]
 
-Runs in a few minutes on one GPU (and, for checking the script itself, on CPU with
-``--device cpu``). Writes one JSON file with:
-- ``train``: per paradigm (and per attention kind: SDPA dense masks, and FlexAttention block
-  masks on CUDA; setdlm also through torch.compile), a few optimizer steps under bf16 autocast
-  (``--dtype``) on the same batches: loss finite and decreasing, the largest loss difference to
-  the eager SDPA run, first and median step time;
+Fits a short slot on one GPU (and, for checking the script itself, runs on CPU with
+``--device cpu``). Sections run in order of importance (``--sections``); each is written to the
+JSON file as it finishes (atomically: a cut run leaves every finished section readable), with
+its wall seconds under ``section_seconds``; a section that would start after ``--budget``
+seconds is skipped and listed under ``skipped``, and ``finished`` says whether the run got to its
+end. Sized from the first H200 run's section times (2026-12-04: cache 10 s, step 50 s, decode
+92 s at 256 tokens and 3 repeats, batched over 140 s, training over 140 s) to about 4 minutes.
+Sections:
+- ``train``: per paradigm with SDPA dense masks, and setdlm also with FlexAttention block masks
+  (on CUDA) and through torch.compile, a few optimizer steps under bf16 autocast (``--dtype``) on
+  the same batches: loss finite and decreasing, the largest loss difference to the eager SDPA
+  run, first and median step time;
+- ``throughput``: training tokens/s of ar and setdlm (bf16, eager SDPA) at the default preset's
+  arith backbone and at the 12-layer size, and the model FLOP utilisation (``mfu``: 6 x
+  parameters + attention FLOPs per processed token, over the device's dense bf16 peak, where the
+  device is in `PEAK_FLOPS`; setdlm processes 2L tokens per sequence);
 - ``cache``: per paradigm, tokens of ``use_cache=True`` vs ``use_cache=False`` decoding on the
   device (float32) and the max logit difference;
 - ``decode``: batch-1 decode of ``--new-tokens`` tokens for ar / bd3lm / setdlm (threshold off
@@ -33,6 +43,8 @@ import functools
 import json
 import math
 import statistics
+import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -48,9 +60,23 @@ from setdiff.sampling.batch import generate_batch
 from setdiff.sampling.loop import generate
 
 MASK_ID = 3
+SECTIONS = ("cache", "step", "decode", "throughput", "train", "batched")
+"""Every section, in the order a run takes them (most important first)."""
+PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12}
+"""Dense bf16 tensor-core peak FLOP/s by device name fragment (the vendors' data sheets)."""
 
 
 def model_config(size: str, vocab: int, length: int) -> ModelConfig:
+    if size == "default":  # the default preset's arith backbone (~0.7M parameters)
+        return ModelConfig(
+            vocab_size=vocab,
+            n_layer=4,
+            n_head=4,
+            n_kv_head=4,
+            d_model=128,
+            d_ff=256,
+            max_seq_len=length,
+        )
     if size == "tiny":
         return ModelConfig(
             vocab_size=vocab,
@@ -75,9 +101,9 @@ def model_config(size: str, vocab: int, length: int) -> ModelConfig:
 def check_training(
     config: ModelConfig, device: torch.device, dtype: str, steps: int, batch: int
 ) -> dict[str, Any]:
-    """Training steps per paradigm with dense SDPA masks; on CUDA also with FlexAttention block
-    masks (``<paradigm>/flex``); and setdlm through torch.compile (``setdlm/compile``, on CUDA
-    also with flex). Every variant sees the same batches, so losses compare across variants."""
+    """Training steps per paradigm with dense SDPA masks; setdlm also through torch.compile
+    (``setdlm/compile``) and, on CUDA, with FlexAttention block masks (``setdlm/flex``). Every
+    variant sees the same batches, so losses compare across variants."""
     g = torch.Generator().manual_seed(0)
     length = min(config.max_seq_len, 128)
     tokens = torch.randint(4, config.vocab_size, (256, length), generator=g)
@@ -88,8 +114,7 @@ def check_training(
     variants = {name: (name, "sdpa", False) for name in PARADIGMS}
     variants["setdlm/compile"] = ("setdlm", "sdpa", True)
     if device.type == "cuda":  # FlexAttention has no backward on CPU
-        variants.update({f"{name}/flex": (name, "flex", False) for name in PARADIGMS})
-        variants["setdlm/flex+compile"] = ("setdlm", "flex", True)
+        variants["setdlm/flex"] = ("setdlm", "flex", False)
     report = {
         key: _train_steps(config, split, device, dtype, steps, batch, *variant)
         for key, variant in variants.items()
@@ -141,7 +166,46 @@ def _train_steps(
         "decreased": losses[-1] < losses[0],
         "first_step_seconds": times[0],
         "step_seconds": statistics.median(times[1:] or times),
+        "step_times": times,
     }
+
+
+def check_throughput(
+    device: torch.device, dtype: str, sizes: list[str], steps: int, batch: int
+) -> dict[str, Any]:
+    """Training tokens/s and model FLOP utilisation of ar and setdlm at each of `sizes`: eager
+    SDPA under autocast, `steps` timed optimizer steps after two warm-up steps."""
+    peak = next((v for k, v in PEAK_FLOPS.items() if k in _device_name(device)), None)
+    length = 128
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(4, 512, (batch, length), generator=g)
+    tokens[:, 0] = 1
+    split = ArraySplit(tokens, torch.full((batch,), 8), torch.full((batch,), length))
+    out: dict[str, Any] = {"peak_flops": peak, "batch": batch, "seq_len": length}
+    for size in sizes:
+        config = model_config(size, vocab=512, length=length)
+        for name in ("ar", "setdlm"):
+            result = _train_steps(
+                config, split, device, dtype, steps + 2, batch, name, "sdpa", False
+            )
+            seconds = statistics.median(result["step_times"][2:])
+            processed = batch * length * (2 if name == "setdlm" else 1)  # setdlm: [clean ; masked]
+            params = sum(p.numel() for p in Transformer(config).parameters())
+            attention = 12 * config.n_layer * config.d_model * processed // batch
+            flops = (6 * params + attention) * processed / seconds
+            out[f"{name}/{size}"] = {
+                "parameters": params,
+                "step_seconds": seconds,
+                "tokens_per_second": batch * length / seconds,
+                "processed_tokens_per_second": processed / seconds,
+                "model_flops_per_second": flops,
+                "mfu": flops / peak if peak else None,
+            }
+    return out
+
+
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
 def check_cache(config: ModelConfig, device: torch.device, new_tokens: int) -> dict[str, Any]:
@@ -310,7 +374,7 @@ def check_batched(
         seconds: dict[int, float] = {}
         for b in batch_sizes:
             decode = functools.partial(_decode_all, net, prompts, b, new_tokens, paradigm, opts)
-            decode()  # warm-up, excluded
+            _decode_all(net, prompts[:b], b, new_tokens, paradigm, opts)  # warm-up, excluded
             rows[b], seconds[b] = timed(decode, device)
         one = rows[min(batch_sizes)]
         out[key] = {
@@ -356,37 +420,70 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    parser.add_argument("--size", default="small", choices=["tiny", "small"])
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--size", default="small", choices=["tiny", "default", "small"])
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--new-tokens", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--context", type=int, default=128, help="cache length of `step`")
     parser.add_argument("--batch-sizes", default="1,16,64", help="batch sizes of `batched`")
     parser.add_argument("--n-prompts", type=int, default=64, help="prompts of `batched`")
+    parser.add_argument(
+        "--throughput-sizes", default="default,small", help="model sizes of `throughput`"
+    )
+    parser.add_argument("--sections", default=",".join(SECTIONS), help="sections, in order")
+    parser.add_argument(
+        "--budget", type=float, default=230.0, help="seconds after which no section starts"
+    )
     parser.add_argument("--out", default="metrics/bench/gpu.json")
     args = parser.parse_args(argv)
+    sections = args.sections.split(",")
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        parser.error(f"--sections: unknown {unknown}; known: {', '.join(SECTIONS)}")
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: run with --device cpu to check the script itself")
     config = model_config(args.size, vocab=512, length=512)
-    report = {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "torch": torch.__version__,
-        "dtype": args.dtype,
-        "size": args.size,
-        "train": check_training(config, device, args.dtype, args.steps, args.batch),
-        "cache": check_cache(config, device, min(args.new_tokens, 64)),
-        "decode": check_decode(config, device, args.new_tokens, args.repeats),
-        "step": check_step(config, device, args.context, 4, args.repeats),
-        "batched": check_batched(
+    new_tokens = args.new_tokens
+    runs: dict[str, Callable[[], dict[str, Any]]] = {
+        "cache": lambda: check_cache(config, device, min(new_tokens, 64)),
+        "step": lambda: check_step(config, device, args.context, 4, args.repeats),
+        "decode": lambda: check_decode(config, device, new_tokens, args.repeats),
+        "throughput": lambda: check_throughput(
+            device, args.dtype, args.throughput_sizes.split(","), args.steps, args.batch
+        ),
+        "train": lambda: check_training(config, device, args.dtype, args.steps, args.batch),
+        "batched": lambda: check_batched(
             config,
             device,
             [int(b) for b in args.batch_sizes.split(",")],
             args.n_prompts,
-            min(args.new_tokens, 64),
+            min(new_tokens, 64),
         ),
     }
+    report: dict[str, Any] = {
+        "device": _device_name(device),
+        "torch": torch.__version__,
+        "dtype": args.dtype,
+        "size": args.size,
+        "budget_seconds": args.budget,
+        "section_seconds": {},
+        "skipped": {},
+        "finished": False,
+    }
+    start = time.perf_counter()
+    for name in sections:
+        elapsed = time.perf_counter() - start
+        if elapsed > args.budget:
+            report["skipped"][name] = f"not started: {elapsed:.0f} s > budget {args.budget:.0f} s"
+        else:
+            report[name] = runs[name]()
+            report["section_seconds"][name] = time.perf_counter() - start - elapsed
+            print(f"gpu check: {name} done in {report['section_seconds'][name]:.1f} s", flush=True)
+        write_json(args.out, report)
+    report["finished"] = True
+    report["total_seconds"] = time.perf_counter() - start
     write_json(args.out, report)
     print(json.dumps(report, indent=2))
 
