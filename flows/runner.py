@@ -19,6 +19,9 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from prefect_dask import DaskTaskRunner
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
+LOCAL_HTTP = "127.0.0.1:0"
+"""Where a local Dask cluster's scheduler and workers serve HTTP (/health, /metrics, ...): on
+loopback, any free port. Unset, distributed binds every interface (0.0.0.0 and [::])."""
 
 
 class StudyBusyError(RuntimeError):
@@ -75,8 +78,17 @@ def task_runner(dask_address: str | None, dask_workers: int) -> TaskRunner:
     if dask_address:
         return DaskTaskRunner(address=dask_address)
     if dask_workers > 0:
-        cluster = {"n_workers": dask_workers, "threads_per_worker": 1, "processes": False}
-        return DaskTaskRunner(cluster_kwargs={**cluster, "dashboard_address": None})
+        # In-process workers talk over inproc:// (no socket); every node's HTTP server is on
+        # loopback. The scheduler starts one even without a dashboard (None: no Bokeh pages).
+        cluster = {
+            "n_workers": dask_workers,
+            "threads_per_worker": 1,
+            "processes": False,
+            "dashboard_address": None,
+            "scheduler_kwargs": {"dashboard_address": LOCAL_HTTP},
+            "worker_dashboard_address": LOCAL_HTTP,
+        }
+        return DaskTaskRunner(cluster_kwargs=cluster)
     return ThreadPoolTaskRunner(max_workers=1)
 
 

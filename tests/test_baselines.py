@@ -337,6 +337,11 @@ def test_vllm_server_is_loopback_only_and_needs_an_env(
 ) -> None:
     with pytest.raises(ValueError, match="loopback"):
         VLLMServer(tmp_path, python=sys.executable, host="0.0.0.0", max_model_len=8)
+    for extra in (["--host", "0.0.0.0"], ["--port=80"]):
+        with pytest.raises(ValueError, match="extra_args"):
+            VLLMServer(tmp_path, python=sys.executable, max_model_len=8, extra_args=extra)
+    command = VLLMServer(tmp_path, python=sys.executable, max_model_len=8).command
+    assert command[command.index("--host") + 1] == "127.0.0.1"  # vLLM's default: every interface
     monkeypatch.delenv(vllm_server.VLLM_PYTHON_ENV, raising=False)
     monkeypatch.setattr(vllm_server, "DEFAULT_VLLM_VENV", tmp_path / "nowhere")
     assert find_vllm_python() is None

@@ -17,6 +17,7 @@ os.environ["SETDIFF_TEST_PREFECT_HOME"] = os.environ["PREFECT_HOME"]
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -27,13 +28,16 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import optuna  # noqa: E402
+import psutil  # noqa: E402
 import pytest  # noqa: E402
 import yaml  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 from prefect.testing.utilities import prefect_test_harness  # noqa: E402
 
 from flows import ablation as flow  # noqa: E402
+from flows import tasks  # noqa: E402
 from flows.pipeline import pipeline, stage_names  # noqa: E402
+from flows.runner import task_runner  # noqa: E402
 from flows.tasks import CommandError, InfrastructureError, open_storage, run_cli  # noqa: E402
 from setdiff.params import Params  # noqa: E402
 from setdiff.search import resolve_space  # noqa: E402
@@ -128,6 +132,22 @@ def outcome(trials: list[optuna.trial.FrozenTrial]) -> list[tuple]:
     return [(t.number, t.state.name, t.params, t.values) for t in trials]
 
 
+def listeners() -> set[str]:
+    """Where this process and its children accept TCP connections (``ip:port``)."""
+    me = psutil.Process()
+    found = set()
+    for process in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for conn in process.net_connections(kind="inet"):
+                if conn.status == psutil.CONN_LISTEN:
+                    found.add(f"{conn.laddr.ip}:{conn.laddr.port}")
+    return found
+
+
+def exposed(addresses: set[str]) -> set[str]:
+    return {a for a in addresses if a.rsplit(":", 1)[0] not in ("127.0.0.1", "::1")}
+
+
 def calls(root: Path) -> list[int]:
     path = root / "calls.log"
     return [int(n) for n in path.read_text().split()] if path.exists() else []
@@ -161,13 +181,37 @@ def test_ablation_flow_end_to_end(sequential: tuple[Path, dict[str, Any]]) -> No
 
 
 def test_dask_cluster_gives_the_sequential_results(
-    sequential: tuple[Path, dict[str, Any]], fake_trial: list[str], tmp_path: Path
+    sequential: tuple[Path, dict[str, Any]],
+    fake_trial: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     first, summary = sequential
     root = make_workspace(tmp_path / "dask")
+    record = tmp_path / "listeners.jsonl"  # a file: Dask runs the trials on pickled copies
+
+    def run_command(*args: Any, **kwargs: Any) -> None:
+        with record.open("a") as f:  # the listeners as each command (trials included) starts
+            f.write(json.dumps(sorted(listeners())) + "\n")
+        return real_run_command(*args, **kwargs)
+
+    real_run_command, before = tasks.run_command, listeners()
+    monkeypatch.setattr(tasks, "run_command", run_command)
     dask = run(root, fake_trial, dask_workers=2, concurrency_limit=None)
     assert dask["study"] == summary["study"]
     assert outcome(trials_of(dask, root)) == outcome(trials_of(summary, first))
+    # The Dask scheduler's and workers' HTTP servers (and Prefect's) are on loopback only.
+    seen = [set(json.loads(line)) for line in record.read_text().splitlines()]
+    assert any(len(now - before) >= 3 for now in seen)  # the cluster's, while trials ran
+    assert set().union(*map(exposed, seen)) == set()
+
+
+def test_the_dask_cluster_listens_on_loopback_only() -> None:
+    before = listeners()
+    with task_runner(None, 2) as runner:
+        assert runner.client.cluster is not None  # the cluster starts with its client
+        started = listeners() - before
+    assert started and exposed(started) == set()
 
 
 def test_killed_study_resumes_without_duplicates(

@@ -71,7 +71,7 @@ class VLLMServer:
         dtype: ``--dtype``.
         max_model_len: ``--max-model-len``.
         served_model_name: the model name clients send; default the directory's name.
-        extra_args: more server flags, appended as given.
+        extra_args: more server flags, appended as given (not ``--host``/``--port``).
         env: more environment variables (override `SERVER_ENV` and the inherited ones).
         startup_timeout_s: how long to wait for ``/health``.
         log_path: where the server's stdout/stderr go; default a temporary file.
@@ -96,6 +96,10 @@ class VLLMServer:
     ) -> None:
         if host not in LOOPBACK_HOSTS:
             raise ValueError(f"host must be a loopback address {LOOPBACK_HOSTS}, got {host!r}")
+        if any(arg.split("=")[0] in ("--host", "--port") for arg in extra_args):
+            raise ValueError(
+                f"extra_args may not set --host or --port (give host=, port=): {extra_args}"
+            )
         python = python if python is not None else find_vllm_python()
         if python is None:
             raise FileNotFoundError(
