@@ -256,3 +256,16 @@ def test_changed_start_weights_at_the_same_path_start_the_fine_tune_over(
     assert _trained(tmp_path, "aogpt")[0]["resumed_from"] == 0
     (line,) = _starting_over(caplog)
     assert line.startswith("train arith/aogpt: checkpoint ") and "(start weights changed)" in line
+
+
+def test_a_checkpoint_without_a_record_of_its_inputs_is_not_resumed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A checkpoint left by a run that did not record its inputs (an older version)."""
+    _killed(tmp_path, KILLABLE, "ar", monkeypatch)
+    (record,) = (tmp_path / "checkpoints" / "arith" / "ar").glob(f"*/{train_stage.INPUTS_FILE}")
+    record.unlink()
+    _stage(tmp_path, KILLABLE, "ar")
+    assert _trained(tmp_path, "ar")[0]["resumed_from"] == 0
+    (line,) = _starting_over(caplog)
+    assert "has no record of the inputs it was made from" in line

@@ -210,14 +210,13 @@ def _drop_stale_checkpoints(layout: Layout, rid: str, inputs: dict[str, str | No
     except (OSError, ValueError):  # none yet (a fresh run), or unreadable: start over
         stored = None
     if (directory / "state.pt").exists() and stored != inputs:
-        changed = (
-            " / ".join(name for key, name in INPUT_NAMES.items() if stored.get(key) != inputs[key])
-            if isinstance(stored, dict)
-            else "no record of its inputs"
-        )
+        if isinstance(stored, dict):
+            changed = [name for key, name in INPUT_NAMES.items() if stored.get(key) != inputs[key]]
+            why = f"was made from other inputs ({' / '.join(changed) or 'inputs'} changed)"
+        else:
+            why = f"has no record of the inputs it was made from ({INPUTS_FILE})"
         log.warning(
-            "train %s/%s: checkpoint %s was made from other inputs (%s changed); starting over",
-            *(layout.task, layout.paradigm, rid, changed),
+            "train %s/%s: checkpoint %s %s; starting over", layout.task, layout.paradigm, rid, why
         )
     if stored != inputs:
         shutil.rmtree(directory, ignore_errors=True)
