@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -30,7 +31,14 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from setdiff import hub
-from setdiff.artifacts import TOKENIZER_FILE, WEIGHTS_FILE, assign_weights, atomic_dir, load_net
+from setdiff.artifacts import (
+    TOKENIZER_FILE,
+    WEIGHTS_FILE,
+    assign_weights,
+    atomic_dir,
+    load_net,
+    sha256_file,
+)
 from setdiff.model import ModelConfig, Transformer, rope_inv_freq
 from setdiff.tokenizer import (
     ROLES,
@@ -304,18 +312,30 @@ def _rope_theta(raw: Mapping[str, Any]) -> float:
     return float(theta)
 
 
-def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
+def checkpoint_sha256(path: str | Path) -> str:
+    """One sha256 over a Llama/Qwen3 checkpoint's ``config.json`` and weight files (what
+    `load_hf_backbone` reads): a checkpoint whose bytes change gets another hash."""
+    directory = hub.resolve(path, patterns=MODEL_FILES, needs="config.json")
+    digest = hashlib.sha256()
+    for name in ["config.json", *_weight_files(directory)]:
+        digest.update(f"{name}:{sha256_file(directory / name)}\n".encode())
+    return digest.hexdigest()
+
+
+def _weight_files(directory: Path) -> list[str]:
     index = directory / INDEX_FILE
     if index.exists():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    elif (directory / WEIGHTS_FILE).exists():
-        files = [WEIGHTS_FILE]
-    else:
-        raise ValueError(
-            f"{directory}: no {WEIGHTS_FILE} or {INDEX_FILE} (only safetensors are supported)"
-        )
+        return sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    if (directory / WEIGHTS_FILE).exists():
+        return [WEIGHTS_FILE]
+    raise ValueError(
+        f"{directory}: no {WEIGHTS_FILE} or {INDEX_FILE} (only safetensors are supported)"
+    )
+
+
+def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
     weights: dict[str, torch.Tensor] = {}
-    for name in files:
+    for name in _weight_files(directory):
         weights.update(load_file(str(directory / name)))
     return weights
 

@@ -4,7 +4,9 @@ A model starts from one of three sources (`initial_source` picks it): this task'
 directory (a diffusion paradigm with ``train.<task>.init_from_ar``, the paper's recipe), a
 pretrained Hugging Face checkpoint (``model.<task>.pretrained``: a path or hub id, a `str`), or
 random weights drawn after ``torch.manual_seed(seed)`` (None). `initial_weights` builds the
-backbone from it. Nothing here reads params or writes files.
+backbone from it; `inputs_fingerprint` hashes what a training's weights depend on besides its
+configs (data, tokenizer, starting weights), so that no checkpoint, cache or stored result made
+from other inputs is taken for this one. Nothing here reads params or writes files.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from setdiff.artifacts import load_model
+from setdiff.artifacts import WEIGHTS_FILE, load_model, sha256_file
+from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError
 from setdiff.model import ModelConfig, Transformer
 
@@ -82,3 +85,46 @@ def initial_weights(
         net.load_state_dict(trained.state_dict())
         log.info("initialised from %s", init)
     return net
+
+
+INPUT_NAMES = {
+    "train": "encoded train split",
+    "valid": "encoded valid split",
+    "tokenizer": "tokenizer",
+    "init": "start weights",
+}
+"""The keys of `inputs_fingerprint`, in words (for the line that says which of them changed)."""
+
+
+def inputs_fingerprint(
+    train: ArraySplit, valid: ArraySplit, tokenizer: Path, source: Path | str | None
+) -> dict[str, str | None]:
+    """sha256 of every input of a training besides its configs: the encoded splits (as read,
+    checked against their manifest), the tokenizer file, and the starting weights
+    (`source_sha256`). Keyed by `INPUT_NAMES`."""
+    return {
+        "train": train.sha256,
+        "valid": valid.sha256,
+        "tokenizer": sha256_file(tokenizer),
+        "init": source_sha256(source),
+    }
+
+
+def source_sha256(source: Path | str | None) -> str | None:
+    """sha256 of the starting weights `initial_source` names: a model directory's weights file,
+    a pretrained checkpoint's files; None for random weights (drawn from the config's seed)."""
+    if source is None:
+        return None
+    if isinstance(source, str):
+        from setdiff.hf import checkpoint_sha256
+
+        return checkpoint_sha256(source)
+    return weights_sha256(source, f"{source} has no trained model to start from")
+
+
+def weights_sha256(model_dir: Path, missing: str) -> str:
+    """sha256 of a model directory's weights file; `missing` is the error when it has none."""
+    weights = model_dir / WEIGHTS_FILE
+    if not weights.exists():
+        raise ConfigError(missing)
+    return sha256_file(weights)

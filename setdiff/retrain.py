@@ -26,11 +26,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from setdiff.artifacts import LoadedModel, sha256_bytes, write_json
+from setdiff.artifacts import LoadedModel, write_json
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError, build, to_dict
 from setdiff.evaluate import SCORING_BATCH, answer_rows
-from setdiff.initial import initial_source, initial_weights
+from setdiff.initial import initial_source, initial_weights, inputs_fingerprint, weights_sha256
 from setdiff.model import ModelConfig
 from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.preset import Preset
@@ -140,32 +140,14 @@ def load_data(preset: Preset, layout: Layout, recipe: TaskTrainConfig, n_example
     )
 
 
-def input_hashes(layout: Layout, data: Data) -> dict[str, Any]:
-    """sha256 of the starting weights and of the data a cell reads (its results depend on them),
-    with the backbone config."""
-    files = {
-        "train": layout.encoded("train"),
-        "valid": layout.encoded("valid"),
-        "tokenizer": layout.tokenizer,
-    }
-    hashes: dict[str, Any] = {k: sha256_bytes(p.read_bytes()) for k, p in files.items()}
+def input_hashes(data: Data) -> dict[str, Any]:
+    """sha256 of the starting weights and of the data a cell reads (its results depend on them,
+    `setdiff.initial.inputs_fingerprint`), of its test prompts, with the backbone config."""
+    hashes: dict[str, Any] = inputs_fingerprint(
+        data.train, data.valid, data.tokenizer_path, data.source
+    )
     hashes["prompts"] = _digest(data.records)
-    if isinstance(data.source, Path):
-        hashes["init"] = weights_hash(
-            data.source,
-            f"train.{data.task}.init_from_ar is true but {data.source} has no trained AR model",
-        )
-    else:
-        hashes["init"] = data.source  # a pretrained id, or None (random weights)
     return {"inputs": hashes, "model": to_dict(data.net_config)}
-
-
-def weights_hash(model_dir: Path, missing: str) -> str:
-    """sha256 of a model directory's weights; `missing` is the error when it has none."""
-    weights = model_dir / "model.safetensors"
-    if not weights.exists():
-        raise ConfigError(missing)
-    return sha256_bytes(weights.read_bytes())
 
 
 def cached_run(out_dir: Path, cell: Cell, data: Data, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -177,7 +159,8 @@ def cached_run(out_dir: Path, cell: Cell, data: Data, inputs: dict[str, Any]) ->
         **inputs,
     }
     if cell.start is not None:
-        spec["start"] = weights_hash(cell.start, f"{cell.start} has no trained model to start from")
+        missing = f"{cell.start} has no trained model to start from"
+        spec["start"] = weights_sha256(cell.start, missing)
     return cached(out_dir / f"{cell.name}.json", spec, lambda: run(cell, data))
 
 

@@ -392,3 +392,22 @@ def test_trial_trains_decodes_caches_and_prunes(tiny_repo: tuple[Path, Path]) ->
     pruned = _run_trial(tiny_repo, "pruned", rule)
     assert pruned["pruned"] and pruned["pruned_at"] == 2 and "accuracy" not in pruned
     assert not list((tiny_repo[0] / "cache").glob("*/model.safetensors"))
+
+
+def test_a_cached_trial_model_is_not_reused_once_its_start_weights_change(
+    tiny_repo: tuple[Path, Path],
+) -> None:
+    """The cache key covers the starting weights' bytes, not only their path."""
+    from safetensors.torch import load_file, save_file
+
+    weights_file = tiny_repo[0] / "models/arith/ar/model.safetensors"
+    original = weights_file.read_bytes()
+    _run_trial(tiny_repo, "start", None)
+    assert _run_trial(tiny_repo, "same", None)["train"]["cached"] is True
+    weights = load_file(str(weights_file))
+    save_file({k: v + 0.01 for k, v in weights.items()}, str(weights_file))
+    try:
+        assert _run_trial(tiny_repo, "other-ar", None)["train"]["cached"] is False
+    finally:
+        weights_file.write_bytes(original)
+    assert _run_trial(tiny_repo, "ar-again", None)["train"]["cached"] is True

@@ -116,3 +116,30 @@ def test_unknown_recipe_field_names_the_variant(tmp_path: Path) -> None:
     bad["backbone"]["variants"]["base"] = {"diffusion": {"learning_rate": 0.1}}
     with pytest.raises(ConfigError, match=r"backbone\.variants\.base\.diffusion.*learning_rate"):
         _run(tmp_path, bad)
+
+
+def test_stored_variants_and_ar_models_are_not_reused_on_other_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    params = json.loads(json.dumps(PARAMS))
+    del params["backbone"]["variants"]["four-heads"]
+    _run(tmp_path, params)
+    params["data"]["seed"] = 1  # other data: the stored row and AR model are of the old one
+    args = ["--params", str(tmp_path / "params.yaml"), "--task", "arith", "--root", str(tmp_path)]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    prepare.main(args)
+    tokenize.main(args)
+    ran: list[str] = []
+    trained_ar: list[int] = []
+    original_variant, original_train = backbone._run_variant, backbone.train
+    monkeypatch.setattr(
+        backbone, "_run_variant", lambda *a: ran.append(a[0]) or original_variant(*a)
+    )
+
+    def spy_train(net, paradigm, *rest):  # type: ignore[no-untyped-def]
+        trained_ar.extend([1] if paradigm.config.name == "ar" else [])
+        return original_train(net, paradigm, *rest)
+
+    monkeypatch.setattr(backbone, "train", spy_train)
+    _run(tmp_path, params)
+    assert ran == ["base"] and trained_ar == [1]

@@ -36,6 +36,7 @@ PARAMS: dict[str, Any] = {
 
 
 def _stage(root: Path, params: dict[str, Any], paradigm: str) -> list[dict[str, Any]]:
+    root.mkdir(parents=True, exist_ok=True)
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     args = ["--params", str(root / "params.yaml"), "--task", "arith", "--root", str(root)]
     if not (root / "data" / "arith" / "encoded").exists():
@@ -160,3 +161,111 @@ def test_bad_paradigm_overrides_are_refused_naming_the_key(
     params["train"]["arith"]["paradigms"] = paradigms
     with pytest.raises(ConfigError, match=match):
         _stage(tmp_path, params, "ar")
+
+
+# ---------------------------------------------------------------------------------------------
+# Resuming a killed training: only from a checkpoint made from the same inputs
+
+KILLABLE: dict[str, Any] = json.loads(json.dumps(PARAMS))
+KILLABLE["train"]["arith"] = {
+    recipe: {**RECIPE, "steps": 6, "checkpoint_every": 2} for recipe in ("ar", "diffusion")
+}
+
+
+class Killed(Exception):
+    pass
+
+
+def _killed(root: Path, params: dict[str, Any], paradigm: str, mp: pytest.MonkeyPatch) -> None:
+    """Run the stage and kill it at its step-4 evaluation: its step-2 checkpoint is left."""
+    real = train_stage.train
+
+    def dies_at_4(*args: Any, **kwargs: Any) -> Any:
+        def on_eval(step: int, loss: float) -> None:
+            if step == 4:
+                raise Killed
+
+        return real(*args, **{**kwargs, "on_eval": on_eval})
+
+    with mp.context() as patch:
+        patch.setattr(train_stage, "train", dies_at_4)
+        with pytest.raises(Killed):
+            _stage(root, params, paradigm)
+    assert list((root / "checkpoints" / "arith" / paradigm).glob("*/state.pt"))
+
+
+def _trained(root: Path, paradigm: str) -> tuple[dict[str, Any], bytes]:
+    metrics = json.loads((root / "metrics" / "train" / "arith" / f"{paradigm}.json").read_text())
+    return metrics, (root / "models" / "arith" / paradigm / "model.safetensors").read_bytes()
+
+
+def _tokenize(root: Path, params: dict[str, Any]) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    args = ["--params", str(root / "params.yaml"), "--task", "arith", "--root", str(root)]
+    prepare.main(args)
+    tokenize.main(args)
+
+
+def _starting_over(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "starting over" in r.getMessage()]
+
+
+def test_a_killed_training_resumes_to_the_uninterrupted_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    _stage(tmp_path / "full", KILLABLE, "ar")
+    _killed(tmp_path / "killed", KILLABLE, "ar", monkeypatch)
+    _stage(tmp_path / "killed", KILLABLE, "ar")
+    metrics, weights = _trained(tmp_path / "killed", "ar")
+    assert metrics["resumed_from"] == 2 and metrics["steps"] == 6
+    assert weights == _trained(tmp_path / "full", "ar")[1]
+    assert _starting_over(caplog) == []
+
+
+def test_changed_encoded_data_starts_the_training_over_saying_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    _killed(tmp_path, KILLABLE, "ar", monkeypatch)
+    (rid,) = [p.name for p in (tmp_path / "checkpoints" / "arith" / "ar").iterdir()]
+    other = json.loads(json.dumps(KILLABLE))
+    other["data"]["seed"] = 1
+    _tokenize(tmp_path, other)
+    _stage(tmp_path, other, "ar")
+    assert _trained(tmp_path, "ar")[0]["resumed_from"] == 0
+    (line,) = _starting_over(caplog)
+    assert line.startswith(f"train arith/ar: checkpoint {rid} was made from other inputs (")
+    assert "encoded train split" in line and "start weights" not in line
+    # ... and ends where an uninterrupted run on the new data does.
+    _tokenize(tmp_path / "fresh", other)
+    _stage(tmp_path / "fresh", other, "ar")
+    assert _trained(tmp_path, "ar")[1] == _trained(tmp_path / "fresh", "ar")[1]
+
+
+def test_changed_start_weights_at_the_same_path_start_the_fine_tune_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    _stage(tmp_path, KILLABLE, "ar")  # models/arith/ar: where aogpt starts from
+    _killed(tmp_path, KILLABLE, "aogpt", monkeypatch)
+    other = json.loads(json.dumps(KILLABLE))
+    other["train"]["arith"]["ar"]["seed"] = 1  # another AR model, at the same path
+    before = _trained(tmp_path, "ar")[1]
+    _stage(tmp_path, other, "ar")
+    assert _trained(tmp_path, "ar")[1] != before
+    _stage(tmp_path, other, "aogpt")
+    assert _trained(tmp_path, "aogpt")[0]["resumed_from"] == 0
+    (line,) = _starting_over(caplog)
+    assert line.startswith("train arith/aogpt: checkpoint ") and "(start weights changed)" in line
+
+
+def test_a_checkpoint_without_a_record_of_its_inputs_is_not_resumed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A checkpoint left by a run that did not record its inputs (an older version)."""
+    _killed(tmp_path, KILLABLE, "ar", monkeypatch)
+    (record,) = (tmp_path / "checkpoints" / "arith" / "ar").glob(f"*/{train_stage.INPUTS_FILE}")
+    record.unlink()
+    _stage(tmp_path, KILLABLE, "ar")
+    assert _trained(tmp_path, "ar")[0]["resumed_from"] == 0
+    (line,) = _starting_over(caplog)
+    assert "has no record of the inputs it was made from" in line

@@ -8,12 +8,14 @@ key or argument.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import pickle
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -453,6 +455,66 @@ def test_a_failed_tokenize_leaves_no_new_tokenizer_beside_old_encodings(repo: Pa
     assert {p: b for p, b in after.items() if "raw" not in p.parts} == {
         p: b for p, b in before.items() if "raw" not in p.parts
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoded splits: read only when they match data/<task>/encoded/manifest.json
+
+
+def _test_split_is_training_rows(encoded: Path) -> None:
+    with np.load(encoded / "train.npz") as train_split:
+        rows = {k: train_split[k][:5] for k in train_split.files}
+    (encoded / "test.npz").write_bytes(tokenize.npz_bytes(rows))
+
+
+def _truncated(encoded: Path) -> None:
+    payload = (encoded / "test.npz").read_bytes()
+    (encoded / "test.npz").write_bytes(payload[: len(payload) // 2])
+
+
+def _truncated_and_listed(encoded: Path) -> None:
+    """A damaged file the manifest agrees with: the archive itself cannot be read."""
+    _truncated(encoded)
+    manifest = json.loads((encoded / "manifest.json").read_text())
+    manifest["splits"]["test"]["sha256"] = hashlib.sha256(
+        (encoded / "test.npz").read_bytes()
+    ).hexdigest()
+    (encoded / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _unlisted(encoded: Path) -> None:
+    manifest = json.loads((encoded / "manifest.json").read_text())
+    del manifest["splits"]["test"]
+    (encoded / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(
+    ("damage", "says"),
+    [
+        (_test_split_is_training_rows, " does not match its manifest (sha256 "),
+        (_truncated, " does not match its manifest (sha256 "),
+        (_truncated_and_listed, ": unreadable encoded split ("),
+        (_unlisted, ": not listed in its manifest "),
+    ],
+)
+def test_an_encoded_split_unlike_its_manifest_is_one_line_before_compute(
+    repo: Path,
+    damage: Any,
+    says: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SETDIFF_DEBUG", raising=False)
+    damage(repo / "data/arith/encoded")
+    argv = ["evaluate", "--params", str(repo / "params.yaml"), "--task", "arith"]
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*argv, "--root", str(repo), "--paradigm", "ar"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {repo}/data/arith/encoded/test.npz{says}"), err
+    assert err.rstrip().endswith("re-run `dvc repro tokenize@arith`"), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert outputs(repo) == []
 
 
 # ---------------------------------------------------------------------------------------------

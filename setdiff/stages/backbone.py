@@ -41,6 +41,7 @@ from setdiff.artifacts import LoadedModel, write_json
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError, build, to_dict
 from setdiff.evaluate import answer_rows
+from setdiff.initial import inputs_fingerprint
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import ARConfig, SetDLMConfig, make_paradigm
 from setdiff.preset import load_preset
@@ -75,9 +76,15 @@ def main(argv: list[str]) -> None:
     records = read_records(layout.raw / "test.jsonl", args.task)[: study.n_examples]
     data = _Data(args.task, tokenizer, train_split, valid_split, records)
     budget = {k: v for k, v in to_dict(study).items() if k != "variants"}
+    # What the AR models also depend on (data, tokenizer), and every row (and test prompts).
+    fingerprint = inputs_fingerprint(train_split, valid_split, layout.tokenizer, None)
+    inputs = {**fingerprint, "prompts": _digest({"records": records})}
     out_dir = Path(args.root) / "results" / "backbone" / args.task
-    specs = {name: {**variant.spec, "budget": budget} for name, variant in variants.items()}
-    ar_models = _ARStore(out_dir / "ar", study.ar, data)
+    specs = {
+        name: {**variant.spec, "budget": budget, "inputs": inputs}
+        for name, variant in variants.items()
+    }
+    ar_models = _ARStore(out_dir / "ar", study.ar, data, fingerprint)
     for name, variant in variants.items():
         if only is None or name in only:
             _cached(
@@ -176,14 +183,17 @@ class _Data:
 class _ARStore:
     """AR models of the study, one per (backbone, AR loss): trained once, then read back."""
 
-    def __init__(self, directory: Path, config: TrainConfig, data: _Data) -> None:
-        self.directory, self.config, self.data = directory, config, data
+    def __init__(
+        self, directory: Path, config: TrainConfig, data: _Data, inputs: dict[str, Any]
+    ) -> None:
+        self.directory, self.config, self.data, self.inputs = directory, config, data, inputs
 
     def weights(self, variant: _Variant) -> dict[str, torch.Tensor]:
         key = {
             "model": to_dict(variant.model),
             "ar_context_loss": variant.context_loss,
             "ar": to_dict(self.config),
+            "inputs": self.inputs,
         }
         path = self.directory / f"{_digest(key)}.safetensors"
         if path.exists():

@@ -66,7 +66,7 @@ def main(argv: list[str]) -> None:
     ]
     layout = Layout(args.root, args.task)
     data = retrain.load_data(preset, layout, recipe, study.n_examples)
-    inputs = retrain.input_hashes(layout, data)
+    inputs = retrain.input_hashes(data)
     out_dir = Path(args.root) / "results" / "seeds" / args.task
     rows = [retrain.cached_run(out_dir, cell, data, inputs) for cell in cells]
     summary = {

@@ -26,6 +26,7 @@ from typing import Any
 from setdiff import retrain
 from setdiff.artifacts import load_model, write_json
 from setdiff.config import ConfigError
+from setdiff.initial import weights_sha256
 from setdiff.preset import Preset, load_preset
 from setdiff.recipe import SET_SIZE_KEYS, SetSizeStudyConfig, TaskTrainConfig
 from setdiff.stages.common import Layout, parse_args, setup_logging
@@ -49,7 +50,7 @@ def main(argv: list[str]) -> None:
     ]
     layout = Layout(args.root, args.task)
     data = retrain.load_data(preset, layout, recipe, study.n_examples)
-    inputs = retrain.input_hashes(layout, data)
+    inputs = retrain.input_hashes(data)
     out_dir = Path(args.root) / "results" / "setsize" / args.task
     main_runs = {
         p: {
@@ -85,7 +86,7 @@ def _decode_main(
     """The main run's model of `cell`'s paradigm decoded with `cell`'s options (W = D)."""
     path = layout.model(cell.paradigm)
     missing = f"{path} has no trained {cell.paradigm} model (run the train stage first)"
-    spec = {"decode": dict(cell.decode), "main": retrain.weights_hash(path, missing), **inputs}
+    spec = {"decode": dict(cell.decode), "main": weights_sha256(path, missing), **inputs}
 
     def compute() -> dict[str, Any]:
         model = load_model(

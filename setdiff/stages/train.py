@@ -7,7 +7,10 @@
 (and ``ar``) start from ``model.<task>.pretrained`` when it names a Hugging Face Llama/Qwen3
 checkpoint, else from random weights. Training state is checkpointed under
 ``checkpoints/<task>/<paradigm>/<run id>/``; re-running after a kill resumes there, and a changed
-config starts a fresh run id. The checkpoint is removed once the model is exported.
+config starts a fresh run id. A checkpoint made from other inputs (the encoded splits, the
+tokenizer or the starting weights changed since; `setdiff.initial.inputs_fingerprint`) is not
+resumed: the run starts over and says so in one line. The checkpoint is removed once the model
+is exported.
 
 Multi-GPU / multi-node: ``torchrun --nproc_per_node N -m setdiff.cli train --task T --paradigm P``
 runs data-parallel (DDP) with the same global batch; rank 0 writes every output.
@@ -16,6 +19,7 @@ runs data-parallel (DDP) with the same global batch; rank 0 writes every output.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import shutil
@@ -29,7 +33,7 @@ from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError
 from setdiff.distributed import rank_and_world
 from setdiff.evaluate import SCORING_BATCH, answer_rows
-from setdiff.initial import initial_source, initial_weights
+from setdiff.initial import INPUT_NAMES, initial_source, initial_weights, inputs_fingerprint
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import Paradigm, make_paradigm
 from setdiff.preset import ModelSpec, load_preset
@@ -41,6 +45,9 @@ from setdiff.tokenizer import Tokenizer, load_tokenizer
 from setdiff.train import TrainConfig, train
 
 log = logging.getLogger(__name__)
+
+INPUTS_FILE = "inputs.json"
+"""Beside a checkpoint: the `inputs_fingerprint` of the run that writes it."""
 
 _initial_net = initial_weights
 """The former name (tests/test_pretrained.py and test_trust.py call it)."""
@@ -74,9 +81,12 @@ def main(argv: list[str]) -> None:
     )
     on_eval = _accuracy_curve(recipe.curve, layout, paradigm, net, tokenizer, preset.path)
     rid = run_id(net_config, paradigm_cfg, config, str(source), recipe.curve)
+    inputs = inputs_fingerprint(train_split, valid_split, layout.tokenizer, source)
     is_main = rank_and_world()[0] == 0
     if is_main:
-        _drop_stale_checkpoints(layout, rid)
+        _drop_stale_checkpoints(layout, rid, inputs)
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()  # no rank resumes a checkpoint rank 0 is removing
     log.info(
         "%s/%s: %.2fM parameters, run %s", args.task, args.paradigm, net.num_parameters() / 1e6, rid
     )
@@ -184,9 +194,30 @@ def _with_local_device(config: TrainConfig) -> TrainConfig:
     return dataclasses.replace(config, device=f"cuda:{local}")
 
 
-def _drop_stale_checkpoints(layout: Layout, rid: str) -> None:
-    """Checkpoints of other configs of this cell can never be resumed: remove them."""
+def _drop_stale_checkpoints(layout: Layout, rid: str, inputs: dict[str, str | None]) -> None:
+    """Checkpoints of other configs of this cell can never be resumed: remove them. This run's
+    checkpoint is kept only when it was made from the same inputs (data, tokenizer, starting
+    weights: `inputs_fingerprint`); else it is removed, saying so in one line. Then `inputs` is
+    recorded beside the checkpoint the run will write."""
     if layout.checkpoints.exists():
         for path in layout.checkpoints.iterdir():
             if path.name != rid:
                 shutil.rmtree(path, ignore_errors=True)
+    directory = layout.checkpoints / rid
+    record = directory / INPUTS_FILE
+    try:
+        stored = json.loads(record.read_text())
+    except (OSError, ValueError):  # none yet (a fresh run), or unreadable: start over
+        stored = None
+    if (directory / "state.pt").exists() and stored != inputs:
+        if isinstance(stored, dict):
+            changed = [name for key, name in INPUT_NAMES.items() if stored.get(key) != inputs[key]]
+            why = f"was made from other inputs ({' / '.join(changed) or 'inputs'} changed)"
+        else:
+            why = f"has no record of the inputs it was made from ({INPUTS_FILE})"
+        log.warning(
+            "train %s/%s: checkpoint %s %s; starting over", layout.task, layout.paradigm, rid, why
+        )
+    if stored != inputs:
+        shutil.rmtree(directory, ignore_errors=True)
+        write_json(record, inputs)

@@ -57,8 +57,9 @@ from setdiff.artifacts import (
 from setdiff.batching import ArraySplit
 from setdiff.bench.config import BenchRunConfig
 from setdiff.config import ConfigError, build, to_dict
-from setdiff.initial import initial_source, initial_weights
+from setdiff.initial import initial_source, initial_weights, inputs_fingerprint
 from setdiff.measure import Configuration, Row, measure
+from setdiff.model import ModelConfig
 from setdiff.paradigm import make_paradigm
 from setdiff.preset import ModelSpec, Preset, load_preset
 from setdiff.recipe import TaskTrainConfig
@@ -193,9 +194,9 @@ def _trained_model(
         threads=run.threads,
     )
     tokenizer = load_tokenizer(layout.tokenizer)
-    seq_len = ArraySplit.load(layout.encoded("valid")).seq_len
+    splits = (ArraySplit.load(layout.encoded("train")), ArraySplit.load(layout.encoded("valid")))
     model_spec: ModelSpec = preset.section(f"model.{layout.task}")
-    net_config = model_spec.config(tokenizer.vocab_size, seq_len)
+    net_config = model_spec.config(tokenizer.vocab_size, splits[0].seq_len)
     # The train stage's rule: the AR model, else model.<task>.pretrained, else random weights.
     init = initial_source(
         plan.paradigm,
@@ -203,7 +204,9 @@ def _trained_model(
         ar_model=layout.model("ar"),
         pretrained=model_spec.pretrained,
     )
-    key = run_id(plan.paradigm, net_config, plan.config, config, str(init))
+    # Keyed by every input of the weights: configs, data, tokenizer and starting weights.
+    inputs = inputs_fingerprint(*splits, layout.tokenizer, init)
+    key = run_id(plan.paradigm, net_config, plan.config, config, str(init), inputs)
     directory = (cache / key) if cache is not None else out / "model"
     # Parallel trials with the same training knobs: one trains, the others wait and reuse it.
     with _exclusive(directory.with_name(f".{key}.lock")):
@@ -212,7 +215,9 @@ def _trained_model(
             expect = {"paradigm": plan.paradigm, "task": layout.task, "tokenizer": layout.tokenizer}
             model = load_model(directory, device=run.device, **expect)
             return model, {"cached": True, "run_id": key, "curve": _curve(out / "train_log.jsonl")}
-        return _train(preset, plan, spec, layout, out, directory, config, init, key, run)
+        return _train(
+            plan, spec, layout, out, directory, config, init, key, run, net_config, splits
+        )
 
 
 @contextlib.contextmanager
@@ -225,7 +230,6 @@ def _exclusive(path: Path) -> Iterator[None]:
 
 
 def _train(
-    preset: Preset,
     plan: TrialPlan,
     spec: TrialSpec,
     layout: Layout,
@@ -235,13 +239,12 @@ def _train(
     init: Path | str | None,
     key: str,
     run: BenchRunConfig,
+    net_config: ModelConfig,
+    splits: tuple[ArraySplit, ArraySplit],
 ) -> tuple[LoadedModel, dict[str, Any]]:
     """Train from `init` with the median-rule pruning callback; save to `directory`."""
     tokenizer = load_tokenizer(layout.tokenizer)
-    train_split = ArraySplit.load(layout.encoded("train"))
-    valid_split = ArraySplit.load(layout.encoded("valid"))
-    model_spec: ModelSpec = preset.section(f"model.{layout.task}")
-    net_config = model_spec.config(tokenizer.vocab_size, train_split.seq_len)
+    train_split, valid_split = splits
     log_path = out / "train_log.jsonl"
     net = initial_weights(net_config, config.seed, init, layout.task, layout.tokenizer)
     paradigm = make_paradigm(plan.paradigm, plan.config, mask_id=tokenizer.mask_id)
