@@ -81,7 +81,10 @@ def test_wildcards_name_the_row() -> None:
     ]
     tradeoff = {"setdlm_vs_ar": {"speedup": 2.0, "ci95": [1.5, None]}, "points": []}
     assert problems("tradeoff", tradeoff) == []  # a CI end that could not be computed is null
-    tradeoff["ar_engines"] = {"vllm:c1": {"engine_over_own_ar": -1.0}, "missing": "text"}
+    assert problems("tradeoff", {"setdlm_vs_ar": {"speedup": 2.0}}) == [
+        "field 'setdlm_vs_ar.ci95' missing"
+    ]
+    tradeoff["ar_engines"] = {"vllm:c1": {"engine_over_own_ar": -1.0, "ci95": [1, 2]}, "x": "y"}
     assert problems("tradeoff", tradeoff) == [
         "field 'ar_engines.vllm:c1.engine_over_own_ar' = -1.0 outside [0, inf]"
     ]
