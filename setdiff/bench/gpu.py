@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from setdiff.artifacts import write_json
+from setdiff.artifacts import finite_or_none, write_json
 from setdiff.batching import ArraySplit
 from setdiff.kv_cache import KVCache
 from setdiff.masks import decode_mask
@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> None:
             min(args.new_tokens, 64),
         ),
     }
-    write_json(args.out, report)
+    write_json(args.out, finite_or_none(report))  # NaN losses: null, and "finite": false
     print(json.dumps(report, indent=2))
 
 
