@@ -24,7 +24,14 @@ import pandas as pd
 
 from reports.comparison import flatten_tradeoff
 from reports.missing import Missing, MissingLog, concat
-from reports.reader import flatten_dict, read_csv, read_json, read_jsonl, read_yaml
+from reports.reader import (
+    flatten_dict,
+    read_csv,
+    read_json,
+    read_jsonl,
+    read_metrics,
+    read_yaml,
+)
 from reports.rows import ROW_COLUMNS, load_baseline, load_bench
 from reports.study import flatten_study
 
@@ -179,9 +186,7 @@ def _per_model_json(
     for task in tasks:
         for paradigm in paradigms:
             path = f"{folder}/{task}/{paradigm}.json"
-            data, problem = read_json(root / path)
-            if problem is None and not isinstance(data, dict):
-                problem = "unreadable: not a JSON object"
+            data, problem = read_metrics(root / path, kind)
             log.add(path, problem, kind)
             if problem is None:
                 records.append({**flatten_dict(data), "task": task, "paradigm": paradigm})
@@ -256,7 +261,7 @@ def _study_files(
         log.add(f"metrics/{study}/", why, study, optional=True)
     for task in tasks:
         path = f"metrics/{study}/{task}.json"
-        data, problem = read_json(root / path)
+        data, problem = read_metrics(root / path, study)
         log.add(path, problem, study)
         yield task, data if isinstance(data, dict) else {}
 
@@ -311,7 +316,7 @@ def _load_lmeval(root: Path, params: dict[str, Any], log: MissingLog) -> pd.Data
     records = []
     for task in tasks:
         path = f"metrics/lmeval/{task}/summary.json"
-        data, problem = read_json(root / path)
+        data, problem = read_metrics(root / path, "lmeval")
         log.add(path, problem, "lmeval")
         engines = data.get("engines") if isinstance(data, dict) else None
         for engine, row in (engines if isinstance(engines, dict) else {}).items():
@@ -356,7 +361,7 @@ def _load_tradeoff(root: Path, expect: Expected, log: MissingLog) -> pd.DataFram
     records = []
     for task in expect.bench_tasks:
         path = f"metrics/tradeoff/{task}.json"
-        data, problem = read_json(root / path)
+        data, problem = read_metrics(root / path, "tradeoff")
         log.add(path, problem, "tradeoff")
         if isinstance(data, dict):
             for row in flatten_tradeoff(task, data):

@@ -14,6 +14,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from metrics_schema import problems
+
 
 def read_csv(path: Path, required: Iterable[str] = ()) -> tuple[pd.DataFrame, str | None]:
     """A CSV as a frame, or an empty frame and the reason it cannot be used."""
@@ -44,6 +46,19 @@ def read_json(path: Path) -> tuple[Any, str | None]:
         return json.loads(text), None
     except json.JSONDecodeError as err:
         return None, f"unreadable: invalid JSON ({err})"
+
+
+def read_metrics(path: Path, kind: str) -> tuple[Any, str | None]:
+    """A metrics file checked against its kind's schema (`metrics_schema.SCHEMAS`): required
+    fields present, numbers finite and within bounds; None and what is wrong when it is not."""
+    data, problem = read_json(path)
+    if problem is not None:
+        return None, problem
+    found = problems(kind, data)
+    if found:
+        more = f"; and {len(found) - 3} more" if len(found) > 3 else ""
+        return None, "; ".join(found[:3]) + more
+    return data, None
 
 
 def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], str | None]:

@@ -370,7 +370,7 @@ def setsize_table(
                 "accuracy": fmt_pm(acc, se),
                 "gap to AR (pts)": "" if ar is None else f"{100 * (acc - ar):+.1f}",
                 "steps": fmt(r.get("steps"), ".0f"),
-                "model": r.get("model") or "",
+                "model": "" if _blank(r.get("model")) else r["model"],
             }
         )
     return pd.DataFrame(rows)

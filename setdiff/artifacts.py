@@ -12,6 +12,7 @@ import dataclasses
 import errno
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -72,8 +73,38 @@ def write_text(path: str | Path, text: str) -> None:
 
 
 def write_json(path: str | Path, data: Any) -> None:
-    """A JSON document with sorted keys and a trailing newline, written atomically."""
-    write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    """A JSON document with sorted keys and a trailing newline, written atomically.
+
+    Strict JSON, as DVC and every reader parse metrics: a NaN or infinity anywhere in `data`
+    raises ValueError naming the file and the key path, and nothing is written. A writer whose
+    value may honestly be "not computable" says so with `finite_or_none` (null)."""
+    bad = next(_non_finite(data, ""), None)
+    if bad is not None:
+        where, value = bad
+        raise ValueError(f"{path}: {where or 'the value'} is {value}: JSON has no NaN/inf")
+    write_text(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def _non_finite(data: Any, where: str) -> Iterator[tuple[str, float]]:
+    """(key path, value) of each NaN/inf in nested dicts and lists."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield from _non_finite(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(data, list | tuple):
+        for i, value in enumerate(data):
+            yield from _non_finite(value, f"{where}[{i}]")
+    elif isinstance(data, float) and not math.isfinite(data):
+        yield where, data
+
+
+def finite_or_none(data: Any) -> Any:
+    """`data` with every NaN/inf (in nested dicts and lists) replaced by None: for values that
+    may honestly be not computable (an empty sample, a resumed run with no step left)."""
+    if isinstance(data, dict):
+        return {key: finite_or_none(value) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [finite_or_none(value) for value in data]
+    return None if isinstance(data, float) and not math.isfinite(data) else data
 
 
 def sha256_bytes(payload: bytes) -> str:

@@ -66,6 +66,15 @@ class Likelihood:
         return math.exp(self.nll_per_token)
 
 
+def check_finite_weights(model: LoadedModel) -> None:
+    """Raise ValueError naming the model and a tensor when any weight is NaN or infinite (a
+    diverged or corrupted checkpoint): its metrics would be NaN, so none are computed."""
+    bad = [name for name, p in model.net.named_parameters() if not bool(torch.isfinite(p).all())]
+    if bad:
+        more = f" and {len(bad) - 1} more tensors" if len(bad) > 1 else ""
+        raise ValueError(f"{model.path}: non-finite weights (NaN/inf) in {bad[0]}{more}")
+
+
 @torch.no_grad()
 def likelihood(
     model: LoadedModel, split: ArraySplit, *, batch_size: int, seed: int, limit: int | None = None
@@ -82,6 +91,8 @@ def likelihood(
         sequences += batch.tokens.shape[0]
     if tokens == 0:
         raise ValueError("likelihood: the split has no target tokens")
+    if not math.isfinite(nll):
+        raise ValueError(f"{model.path}: non-finite loss ({nll}) on the test split")
     return Likelihood(nll / tokens, tokens, sequences, paradigm.exact_likelihood)
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import setdiff
-from setdiff.artifacts import load_model, save_model_dir, write_bytes
+from setdiff.artifacts import finite_or_none, load_model, save_model_dir, write_bytes, write_json
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import SetDLMConfig, make_paradigm
 
@@ -83,3 +83,18 @@ def test_saving_over_an_existing_directory_is_atomic(
 def test_write_bytes_is_atomic(tmp_path: Path) -> None:
     write_bytes(tmp_path / "a" / "f.bin", b"x")
     assert (tmp_path / "a" / "f.bin").read_bytes() == b"x"
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_write_json_refuses_non_finite_numbers_naming_file_and_key(
+    tmp_path: Path, bad: float
+) -> None:
+    path = tmp_path / "metrics.json"
+    path.write_text('{"old": 1}\n')
+    data = {"task": "arith", "ci": {"bounds": [1.0, bad]}}
+    with pytest.raises(ValueError, match=r"metrics.json: ci\.bounds\[1\] is .*JSON has no NaN"):
+        write_json(path, data)
+    assert path.read_text() == '{"old": 1}\n'  # nothing written, the old file untouched
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
+    write_json(path, finite_or_none(data))  # the writer's explicit "not computable"
+    assert json.loads(path.read_text()) == {"task": "arith", "ci": {"bounds": [1.0, None]}}

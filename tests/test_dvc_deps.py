@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("setdiff", "flows", "reports")
+PACKAGES = ("setdiff", "flows", "reports", "metrics_schema")
 
 
 def module_path(module: str, root: Path = ROOT) -> Path | None:

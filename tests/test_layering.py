@@ -40,6 +40,17 @@ def test_imports_point_one_way(package: str) -> None:
     assert {f: names for f, names in bad.items() if names} == {}
 
 
+def test_the_metrics_schema_imports_only_the_standard_library() -> None:
+    """`metrics_schema` sits below both of its readers (`reports` and ``setdiff summary``), so it
+    may import nothing from the project and nothing that is not in the standard library."""
+    import sys
+
+    files = sorted((ROOT / "metrics_schema").rglob("*.py"))
+    assert files
+    found = set().union(*(imported_packages(f) for f in files))
+    assert sorted(found - set(sys.stdlib_module_names) - {"__future__"}) == []
+
+
 def test_the_scanner_sees_function_level_imports(tmp_path: Path) -> None:
     source = tmp_path / "m.py"
     source.write_text("def f():\n    import torch.nn\n    from optuna import trial\n")

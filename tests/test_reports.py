@@ -1053,6 +1053,65 @@ def test_malformed_values_and_traces_are_dropped_and_counted(tmp_path: Path) -> 
     assert len(derived.orders) == N_EXAMPLES * sum(len(c) for c in CONFIGS.values())
 
 
+def _with_accuracy(root: Path, task: str = "arith") -> None:
+    """Give `task`'s evaluate files the answer fields the evaluate stage writes for answer tasks."""
+    for paradigm, accuracy in zip(PARADIGMS, (0.8, 0.55, 0.74), strict=True):
+        path = root / f"metrics/evaluate/{task}/{paradigm}.json"
+        data = json.loads(path.read_text())
+        _json(path, data | {"accuracy": accuracy, "score": accuracy, "n_answers": 200})
+
+
+def test_an_evaluate_file_without_its_fields_is_listed_not_dropped_silently(
+    tmp_path: Path,
+) -> None:
+    root = write_run(tmp_path / "run")
+    _with_accuracy(root)
+    (root / "metrics/evaluate/arith/setdlm.json").write_text("{}")
+    out = tmp_path / "out"
+    main(["--root", str(root), "--out", str(out)])  # exit 0: the build never stops on bad input
+    md = (out / "report.md").read_text()
+    problem, affects = _missing_rows(md)["metrics/evaluate/arith/setdlm.json"]
+    assert problem.startswith("field 'task' missing; field 'paradigm' missing;"), problem
+    assert "Perplexity (incomplete)" in affects
+    # ... and its numbers are not used: no row of {} (NaN everywhere) reaches a table.
+    evaluate = load_run(root).evaluate
+    assert set(evaluate[evaluate["task"] == "arith"]["paradigm"]) == {"ar", "mdlm"}
+    assert not re.search(r"\bnan\b", md, re.IGNORECASE)
+
+
+def test_a_nan_or_out_of_range_accuracy_is_listed_and_never_printed(tmp_path: Path) -> None:
+    root = write_run(tmp_path / "run")
+    _with_accuracy(root)
+    path = root / "metrics/evaluate/arith/ar.json"
+    path.write_text(path.read_text().replace('"accuracy": 0.8', '"accuracy": NaN'))
+    mdlm = root / "metrics/evaluate/arith/mdlm.json"
+    _json(mdlm, json.loads(mdlm.read_text()) | {"accuracy": 1.7})
+    out = tmp_path / "out"
+    main(["--root", str(root), "--out", str(out)])
+    md = (out / "report.md").read_text()
+    rows = _missing_rows(md)
+    assert rows["metrics/evaluate/arith/ar.json"][0] == "field 'accuracy' is NaN"
+    assert rows["metrics/evaluate/arith/mdlm.json"][0] == "field 'accuracy' = 1.7 outside [0, 1]"
+    shown = md.replace("field 'accuracy' is NaN", "")  # the Missing inputs row names it
+    assert not re.search(r"\bnan\b", shown, re.IGNORECASE) and "1.700" not in md
+    assert "Answer accuracy on arith" in md and "setdlm 0.740" in md  # the valid file still shows
+
+
+def test_a_bad_study_or_tradeoff_file_is_listed_with_the_field(tmp_path: Path) -> None:
+    root = write_run(tmp_path / "run")
+    _json(root / "metrics/setsize/arith.json", SETSIZE | {"rows": [{"paradigm": "setdlm"}]})
+    tradeoff = _tradeoff()
+    tradeoff["setdlm_vs_ar"] = tradeoff["setdlm_vs_ar"] | {"ci95": [1.5, float("inf")]}
+    _json(root / "metrics/tradeoff/arith.json", tradeoff)
+    run = load_run(root)
+    problems = {m.path: m.problem for m in run.missing}
+    assert problems["metrics/setsize/arith.json"] == (
+        "field 'rows.0.accuracy' missing; field 'rows.0.set_size' missing"
+    )
+    assert problems["metrics/tradeoff/arith.json"] == "field 'setdlm_vs_ar.ci95[1]' is inf"
+    assert run.setsize.empty and run.comparisons.empty
+
+
 def test_empty_run_reports_everything_missing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     build(tmp_path, out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -26,14 +27,23 @@ def _json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data))
 
 
+def evaluate(task: str, paradigm: str) -> dict[str, Any]:
+    """What the evaluate stage writes: the likelihood, and the answer fields for arith."""
+    likelihood = {"task": task, "paradigm": paradigm, "nll_per_token": 0.4, "ppl": 1.5}
+    likelihood |= {"n_tokens": 1000, "n_sequences": 10, "likelihood_is_exact": paradigm == "ar"}
+    if task != "arith":
+        return likelihood
+    accuracy = ACCURACY[paradigm]
+    return likelihood | {"accuracy": accuracy, "score": accuracy, "n_answers": 500}
+
+
 def make_run(root: Path, *, vllm: bool = False) -> Path:
     """A finished smoke run's inputs to the summary (smoke preset: tasks arith and text)."""
     data = yaml.safe_load((ROOT / "params" / "smoke.yaml").read_text())
     (root / "params.yaml").write_text(yaml.safe_dump(data))
     for paradigm in PARADIGMS:
-        arith = {"accuracy": ACCURACY[paradigm], "ppl": 1.5, "tokens_per_second": 300.0}
-        _json(root / "metrics/evaluate/arith" / f"{paradigm}.json", arith)
-        _json(root / "metrics/evaluate/text" / f"{paradigm}.json", {"ppl": 40.0})
+        _json(root / "metrics/evaluate/arith" / f"{paradigm}.json", evaluate("arith", paradigm))
+        _json(root / "metrics/evaluate/text" / f"{paradigm}.json", evaluate("text", paradigm))
     engines = {"transformers:greedy": {"engine_over_own_ar": 0.7, "ci95": [0.6, 0.8]}}
     if vllm:
         engines["vllm:c1"] = VLLM_ENTRY
@@ -96,6 +106,38 @@ def test_summary_shows_the_vllm_row_when_vllm_ran(
     assert flat["arith.vllm_over_ar"] == 1.25 and flat["arith.setdlm_vs_vllm"] == 1.5
     out = capsys.readouterr().out
     assert "vLLM 1.25x our AR (95% CI 1.10-1.40)" in out and "setdlm 1.50x vLLM" in out
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("{}", "setdlm.json: field 'task' missing"),
+        (json.dumps(evaluate("arith", "setdlm") | {"accuracy": float("nan")}), "is NaN"),
+        (json.dumps(evaluate("arith", "setdlm") | {"accuracy": 1.7}), "1.7 outside [0, 1]"),
+        (json.dumps(evaluate("text", "setdlm")), "setdlm.json: field 'accuracy' missing"),
+        ('{"accuracy": 0.9', "setdlm.json: not valid JSON"),
+    ],
+)
+def test_a_bad_evaluate_file_is_refused_not_left_out(
+    tmp_path: Path, content: str, expected: str
+) -> None:
+    root = make_run(tmp_path)
+    (root / "metrics/evaluate/arith/setdlm.json").write_text(content)
+    args = ["--write", "--root", str(root), "--params", str(root / "params.yaml")]
+    with pytest.raises(ConfigError, match=re.escape(expected)) as caught:
+        summary.main(args)
+    assert "metrics/evaluate/arith/setdlm.json" in str(caught.value)
+    assert len(str(caught.value).splitlines()) == 1
+    assert not (root / "metrics/summary.json").exists()  # no summary without setdlm
+
+
+def test_a_nan_speedup_is_refused(tmp_path: Path) -> None:
+    root = make_run(tmp_path)
+    path = root / "metrics/tradeoff/arith.json"
+    path.write_text(path.read_text().replace('"speedup": 1.84', '"speedup": NaN'))
+    args = ["--write", "--root", str(root), "--params", str(root / "params.yaml")]
+    with pytest.raises(ConfigError, match=r"tradeoff/arith.json: field 'setdlm_vs_ar.speedup'"):
+        summary.main(args)
 
 
 def test_printing_before_a_run_names_the_missing_file(tmp_path: Path) -> None:

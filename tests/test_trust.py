@@ -174,6 +174,41 @@ def test_matching_models_still_load_and_evaluate(repo: Path) -> None:
     assert json.loads((repo / "metrics/evaluate/arith/setdlm.json").read_text())["ppl"] > 1
 
 
+def _nan_model(repo: Path) -> str:
+    """Overwrite models/arith/ar with NaN in its first matrix; returns that tensor's name."""
+    tokenizer = load_tokenizer(repo / "data/arith/tokenizer/tokenizer.json")
+    net = tiny_net(tokenizer.vocab_size)
+    name, weight = next((n, p) for n, p in net.named_parameters() if p.dim() == 2)
+    with torch.no_grad():
+        weight.fill_(float("nan"))
+    tokenizer_file = repo / "data/arith/tokenizer/tokenizer.json"
+    paradigm = make_paradigm("ar", mask_id=tokenizer.mask_id)
+    directory = repo / "models/arith/ar"
+    save_model_dir(directory, net, paradigm, tokenizer_file=tokenizer_file, extra={"task": "arith"})
+    return name
+
+
+def test_nan_weights_are_refused_naming_the_model_and_nothing_is_written(repo: Path) -> None:
+    name = _nan_model(repo)
+    with pytest.raises(
+        ValueError, match=rf"models/arith/ar: non-finite weights .* in {name}"
+    ) as err:
+        run_stage(evaluate, repo, "arith", "--paradigm", "ar")
+    assert "\n" not in str(err.value)
+    assert outputs(repo) == []
+
+
+def test_a_non_finite_loss_is_refused_naming_the_model_and_nothing_is_written(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _nan_model(repo)
+    monkeypatch.setattr(evaluate, "check_finite_weights", lambda model: None)  # the loss guard
+    with pytest.raises(ValueError, match=r"models/arith/ar: non-finite loss") as err:
+        run_stage(evaluate, repo, "arith", "--paradigm", "ar")
+    assert "\n" not in str(err.value)
+    assert outputs(repo) == []
+
+
 def test_train_refuses_to_start_from_a_setdlm_model_in_the_ar_directory(repo: Path) -> None:
     from setdiff.stages import train as train_stage
 

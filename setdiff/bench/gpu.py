@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-from setdiff.artifacts import write_json
+from setdiff.artifacts import finite_or_none, write_json
 from setdiff.batching import ArraySplit
 from setdiff.kv_cache import KVCache
 from setdiff.masks import decode_mask
@@ -481,10 +481,10 @@ def main(argv: list[str] | None = None) -> None:
             report[name] = runs[name]()
             report["section_seconds"][name] = time.perf_counter() - start - elapsed
             print(f"gpu check: {name} done in {report['section_seconds'][name]:.1f} s", flush=True)
-        write_json(args.out, report)
+        write_json(args.out, finite_or_none(report))  # NaN losses: null, "finite": false
     report["finished"] = True
     report["total_seconds"] = time.perf_counter() - start
-    write_json(args.out, report)
+    write_json(args.out, finite_or_none(report))
     print(json.dumps(report, indent=2))
 
 

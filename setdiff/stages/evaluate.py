@@ -12,7 +12,7 @@ from typing import Any
 
 from setdiff.artifacts import load_model, write_json, write_text
 from setdiff.batching import ArraySplit
-from setdiff.evaluate import EvalConfig, answer_rows, likelihood
+from setdiff.evaluate import EvalConfig, answer_rows, check_finite_weights, likelihood
 from setdiff.preset import load_preset
 from setdiff.stages.common import Layout, parse_args, setup_logging
 from setdiff.tasks import ANSWER_TASKS, read_records
@@ -37,6 +37,7 @@ def main(argv: list[str]) -> None:
         tokenizer=layout.tokenizer,
     )
     model.paradigm.decode_policy(decode_options)  # validate the options before any compute
+    check_finite_weights(model)  # NaN weights would give NaN metrics: refuse, write nothing
     setup_torch(threads=config.threads or None)
     test = ArraySplit.load(layout.encoded("test"))
     if int(test.tokens.max()) >= model.net.config.vocab_size:

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from metrics_schema import problems
 from setdiff.artifacts import write_json
 from setdiff.config import ConfigError
 from setdiff.paradigm import PARADIGMS
@@ -50,11 +51,16 @@ def build_summary(root: Path, preset: Preset) -> dict[str, Any]:
     bench_tasks = preset.section("bench.tasks")
     for task in preset.section("study").tasks:
         entry: dict[str, Any] = {}
-        accuracy = {}
+        accuracy, without = {}, []
         for paradigm in preset.section("study").paradigms:
-            metrics = _read(root / "metrics" / "evaluate" / task / f"{paradigm}.json")
+            path = root / "metrics" / "evaluate" / task / f"{paradigm}.json"
+            metrics = _read(path, "evaluate")
             if "accuracy" in metrics:
                 accuracy[paradigm] = metrics["accuracy"]
+            else:
+                without.append(path)
+        if accuracy and without:  # never a headline that silently lacks a paradigm
+            raise ConfigError(f"{without[0]}: field 'accuracy' missing ({task} has answers)")
         if accuracy:
             entry["accuracy"] = accuracy
         if task in bench_tasks:
@@ -66,7 +72,7 @@ def build_summary(root: Path, preset: Preset) -> dict[str, Any]:
 
 def _speed(root: Path, task: str) -> dict[str, Any]:
     """setdlm over AR (tokens/s, CI) and the vLLM row: its ratios, or why it did not run."""
-    tradeoff = _read(root / "metrics" / "tradeoff" / f"{task}.json")
+    tradeoff = _read(root / "metrics" / "tradeoff" / f"{task}.json", "tradeoff")
     entry: dict[str, Any] = {}
     headline = tradeoff.get("setdlm_vs_ar", {})
     if headline.get("speedup") is not None:
@@ -77,7 +83,7 @@ def _speed(root: Path, task: str) -> dict[str, Any]:
     vllm = [engines[key] for key in sorted(engines) if key.startswith("vllm:")]
     if not vllm:  # skipped (no vLLM on this machine) or failed: the baseline stage says which
         baseline = root / "results" / "baseline" / f"{task}.json"
-        status = _read(baseline, required=False).get("engines", {}).get("vllm", {})
+        status = _read(baseline, None, required=False).get("engines", {}).get("vllm", {})
         return {**entry, "vllm": status.get("status", "not run")}
     low, high = vllm[0]["ci95"]
     entry.update(vllm_over_ar=vllm[0]["engine_over_own_ar"], vllm_ci_low=low, vllm_ci_high=high)
@@ -119,13 +125,27 @@ def _rank(paradigm: str) -> int:
     return names.index(paradigm) if paradigm in names else len(names)
 
 
-def _ci(low: float, high: float) -> str:
+def _ci(low: float | None, high: float | None) -> str:
+    """The CI, or that it could not be computed (the tradeoff stage writes null then)."""
+    if low is None or high is None:
+        return "(95% CI not computed)"
     return f"(95% CI {low:.2f}-{high:.2f})"
 
 
-def _read(path: Path, *, required: bool = True) -> dict[str, Any]:
+def _read(path: Path, kind: str | None, *, required: bool = True) -> dict[str, Any]:
+    """The JSON at `path`, checked against `kind`'s schema (`metrics_schema`) when given; a
+    missing (if `required`), unparseable or invalid file is refused with one line naming it."""
     if not path.exists():
         if required:
             raise ConfigError(f"{path} is missing: run the stage that writes it (dvc repro)")
         return {}
-    return json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ConfigError(
+            f"{path}: not valid JSON ({err}): rerun the stage that writes it"
+        ) from None
+    found = problems(kind, data) if kind else []
+    if found:
+        raise ConfigError(f"{path}: {found[0]}: rerun the stage that writes it (dvc repro)")
+    return data

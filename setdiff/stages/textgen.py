@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from setdiff.artifacts import LoadedModel, load_model, run_id, write_json
+from setdiff.artifacts import LoadedModel, finite_or_none, load_model, run_id, write_json
 from setdiff.config import ConfigError
 from setdiff.measure import Row, count_new_tokens, fingerprint, kv_cache_mb, write_rows
 from setdiff.preset import load_preset
@@ -93,7 +93,7 @@ def main(argv: list[str]) -> None:
     }
     log.info("%s/%s: %s", args.task, args.paradigm, _numbers(metrics))
     write_rows(layout.root / "results" / "textgen" / args.task / f"{args.paradigm}.csv", rows)
-    write_json(layout.metrics("textgen"), _finite(metrics))
+    write_json(layout.metrics("textgen"), finite_or_none(metrics))
 
 
 def _check_models(model: LoadedModel, judge: LoadedModel, config: TextGenConfig) -> Tokenizer:
@@ -244,10 +244,3 @@ def _uncond_metrics(samples: list[Sample], nlls: list[np.ndarray]) -> dict:
 
 def _numbers(metrics: dict[str, Any]) -> dict[str, float]:
     return {k: round(v, 4) for k, v in metrics.items() if isinstance(v, float)}
-
-
-def _finite(metrics: dict[str, Any]) -> dict[str, Any]:
-    """NaN/inf -> None: JSON has no NaN, and DVC reads metrics as strict JSON."""
-    return {
-        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in metrics.items()
-    }

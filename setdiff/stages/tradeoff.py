@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from setdiff.artifacts import write_json
+from setdiff.artifacts import finite_or_none, write_json
 from setdiff.measure import read_rows
 from setdiff.tradeoff import Key, Point, bootstrap, group, matched_speedup, summarize, within_drop
 
@@ -235,7 +235,8 @@ def main(argv: list[str]) -> None:
         if baseline.exists()
         else {"missing": f"{baseline} not found"}
     )
-    write_json(root / "metrics" / "tradeoff" / f"{args.task}.json", result)
+    # a CI or rate that cannot be computed (no common examples, zero latency) is null
+    write_json(root / "metrics" / "tradeoff" / f"{args.task}.json", finite_or_none(result))
     for name in ("setdlm_vs_ar", "setdlm_vs_bd3lm", "aogpt_vs_mdlm"):
         log.info(
             "%s: %s",

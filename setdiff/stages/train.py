@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from setdiff.artifacts import LoadedModel, run_id, save_model_dir, write_json
+from setdiff.artifacts import LoadedModel, finite_or_none, run_id, save_model_dir, write_json
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError
 from setdiff.distributed import rank_and_world
@@ -121,7 +121,8 @@ def main(argv: list[str]) -> None:
             "task": args.task,
             "paradigm": args.paradigm,
             "steps": result.steps,
-            "final_train_loss": result.final_train_loss,
+            # NaN when a resumed run had no step left to train: null, not bare NaN
+            "final_train_loss": finite_or_none(result.final_train_loss),
             "final_eval_loss": result.final_eval_loss,
             "seconds": round(result.seconds, 2),
             "resumed_from": result.resumed_from,

@@ -49,6 +49,7 @@ from setdiff.ablation import (
 )
 from setdiff.artifacts import (
     LoadedModel,
+    finite_or_none,
     load_model,
     run_id,
     save_model_dir,
@@ -153,7 +154,7 @@ def run_trial(
         summary = summarize(rows)
         record.update(summary, constraints=constraint_values(summary, spec.constraints))
     record["seconds"] = round(time.perf_counter() - started, 3)
-    write_json(out / "result.json", record)
+    write_json(out / "result.json", finite_or_none(record))  # a NaN loss (pruned): null
     log.info("trial %s done in %.1f s", spec.number, record["seconds"])
     return record
 
