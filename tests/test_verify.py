@@ -1,0 +1,164 @@
+"""Self-speculative set decoding (``verify=True``): exactly the W = 1 greedy decode, cached,
+recomputed, batched and compiled; drafts that all agree decode several tokens a forward, drafts
+that never agree still decode exactly; rejected drafts leave no trace in the cache."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from setdiff.model import Transformer
+from setdiff.paradigm import SetDLMConfig, make_paradigm
+from setdiff.sampling import verify
+from setdiff.sampling.loop import GenerateResult, generate
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+MASK_ID = 3
+VOCAB = 24
+PROMPTS = [[1], [1, 5, 7], [1, 5, 7, 9, 11, 13, 15]]
+N = 12
+PARADIGM = make_paradigm("setdlm", SetDLMConfig(shift=True, set_size=4), mask_id=MASK_ID)
+WINDOWS = [2, 4, 8]  # 8 = max_window (2D)
+
+
+@pytest.fixture(params=[(0, 1.0), (1, 20.0), (2, 8.0)], ids=["s0", "s1-sharp", "s2"])
+def net(request: pytest.FixtureRequest, make_tiny_model: Callable[..., Transformer]) -> Transformer:
+    seed, head_scale = request.param
+    return make_tiny_model(seed=seed, head_scale=head_scale)
+
+
+def _w1(net: Transformer, prompt: list[int], **kw: Any) -> GenerateResult:
+    return generate(net, prompt, max_new_tokens=N, paradigm=PARADIGM, window=1, **kw)
+
+
+def _verify(net: Transformer, prompt: list[int], window: int, **kw: Any) -> GenerateResult:
+    """Verify decoding, cached and recomputed: same tokens, steps, NFE; logits to 1e-5 (so the
+    cache holds exactly the committed tokens' K/V, none of a rejected draft's)."""
+    run = dict(max_new_tokens=N, paradigm=PARADIGM, window=window, verify=True, trace_logits=True)
+    a = generate(net, prompt, **run, **kw)
+    b = generate(net, prompt, use_cache=False, **run, **kw)
+    assert (a.tokens, a.steps, a.nfe, a.drafts) == (b.tokens, b.steps, b.nfe, b.drafts)
+    assert a.logits is not None and b.logits is not None
+    for la, lb in zip(a.logits, b.logits, strict=True):
+        assert la.shape == lb.shape
+        assert (la - lb).abs().max().item() <= 1e-5
+    decoded = sorted(p for step in a.steps for p in step)  # each position once
+    assert decoded[: len(a.tokens)] == list(range(len(prompt), len(prompt) + len(a.tokens)))
+    assert len(set(decoded)) == len(decoded)
+    return a
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("prompt", PROMPTS, ids=len)
+def test_verify_is_the_w1_greedy_decode(net: Transformer, prompt: list[int], window: int) -> None:
+    out = _verify(net, prompt, window)
+    assert out.tokens == _w1(net, prompt).tokens
+    assert out.nfe <= N and out.drafts[1] <= out.drafts[0]
+
+
+@pytest.mark.parametrize("suffix", [[9, 10, 11], [20, 21]])
+@pytest.mark.parametrize("prompt", PROMPTS[:2], ids=len)
+def test_verify_infilling_is_the_w1_decode(
+    net: Transformer, prompt: list[int], suffix: list[int]
+) -> None:
+    """With a suffix: the first token comes from the frontier query (which sees the suffix),
+    not from the prefill's last row (which does not; with prompt [1] and suffix [20, 21] their
+    greedy tokens differ for two of the three models)."""
+    out = _verify(net, prompt, 4, suffix_ids=suffix)
+    assert out.tokens == _w1(net, prompt, suffix_ids=suffix).tokens
+
+
+@pytest.fixture
+def drafts_from(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """Swap the draft source: `pick(reference token, position) -> draft token`, from the W = 1
+    decode's canvas."""
+
+    def swap(net: Transformer, prompt: list[int], pick: Callable[[int], int]) -> None:
+        ref = torch.tensor(prompt + _w1(net, prompt).tokens)
+        monkeypatch.setattr(
+            verify,
+            "draft",
+            lambda positions, logits, mask_id: torch.tensor([pick(int(ref[p])) for p in positions]),
+        )
+
+    return swap
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("prompt", PROMPTS, ids=len)
+def test_perfect_drafts_decode_window_tokens_a_forward(
+    net: Transformer, drafts_from: Callable[..., None], prompt: list[int], window: int
+) -> None:
+    """Drafts equal to W = 1's tokens all agree: W tokens a forward (the W - 1 drafts of the
+    previous forward + the bonus), after the first forward's one."""
+    expected = _w1(net, prompt).tokens
+    drafts_from(net, prompt, lambda token: token)
+    out = _verify(net, prompt, window)
+    assert out.tokens == expected
+    assert out.drafts[0] == out.drafts[1] > 0
+    assert [len(s) for s in out.steps[:2]] == [1, min(window, N - 1)]
+    assert out.nfe == 1 + -(-(N - 1) // window)
+
+
+@pytest.mark.parametrize("window", [2, 4])
+@pytest.mark.parametrize("prompt", PROMPTS, ids=len)
+def test_wrong_drafts_still_decode_exactly(
+    net: Transformer, drafts_from: Callable[..., None], prompt: list[int], window: int
+) -> None:
+    """Drafts that never agree: every one is rejected (its K/V dropped, cached logits still
+    equal recomputed ones), one token a forward, the W = 1 tokens."""
+    expected = _w1(net, prompt).tokens
+    drafts_from(net, prompt, lambda token: (token + 1) % VOCAB or 4)
+    out = _verify(net, prompt, window)
+    assert out.tokens == expected
+    assert out.drafts[0] > 0 and out.drafts[1] == 0
+    assert all(len(s) == 1 for s in out.steps) and out.nfe == N
+
+
+@pytest.mark.parametrize("perfect", [False, True])
+def test_stops_fire_on_verified_tokens(
+    net: Transformer, drafts_from: Callable[..., None], perfect: bool
+) -> None:
+    """A stop token fires once verified, never as a draft: wrong drafts that are the stop
+    token stop nothing; perfect drafts stop where W = 1 stops (tokens after the stop in the
+    same forward are cut). The output ends at W = 1's stop."""
+    prompt = PROMPTS[1]
+    stop = _w1(net, prompt).tokens[N // 2]
+    expected = _w1(net, prompt, stop_ids=[stop])
+    assert expected.stopped
+    wrong = (stop + 1) % VOCAB or 4
+    drafts_from(net, prompt, (lambda t: t) if perfect else (lambda t: stop if t != stop else wrong))
+    out = _verify(net, prompt, 4, stop_ids=[stop])
+    assert out.stopped and out.tokens == expected.tokens
+    assert out.drafts[0] > 0
+
+
+@pytest.mark.parametrize("window", [2, 4])
+def test_stop_ids_as_w1(net: Transformer, window: int) -> None:
+    prompt = PROMPTS[2]
+    stop = _w1(net, prompt).tokens[N // 3]
+    expected = _w1(net, prompt, stop_ids=[stop])
+    out = _verify(net, prompt, window, stop_ids=[stop])
+    assert out.stopped and out.tokens == expected.tokens
+
+
+@pytest.mark.parametrize(
+    ("config", "options", "match"),
+    [
+        ({}, {}, "verify needs shifted queries"),
+        ({"shift": True}, {"temperature": 1.0}, "verify decodes greedily: temperature"),
+        ({"shift": True}, {"threshold": 0.5}, "verify accepts drafts by agreement: threshold"),
+    ],
+)
+def test_verify_refusals(
+    make_tiny_model: Callable[..., Transformer], config: dict, options: dict, match: str
+) -> None:
+    paradigm = make_paradigm("setdlm", SetDLMConfig(**config), mask_id=MASK_ID)
+    with pytest.raises(ValueError, match=match):
+        generate(
+            make_tiny_model(), [1], max_new_tokens=4, paradigm=paradigm, verify=True, **options
+        )
