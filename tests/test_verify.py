@@ -13,6 +13,7 @@ import torch
 from setdiff.model import Transformer
 from setdiff.paradigm import SetDLMConfig, make_paradigm
 from setdiff.sampling import verify
+from setdiff.sampling.batch import generate_batch
 from setdiff.sampling.loop import GenerateResult, generate
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -32,7 +33,8 @@ def net(request: pytest.FixtureRequest, make_tiny_model: Callable[..., Transform
 
 
 def _w1(net: Transformer, prompt: list[int], **kw: Any) -> GenerateResult:
-    return generate(net, prompt, max_new_tokens=N, paradigm=PARADIGM, window=1, **kw)
+    kw = {"max_new_tokens": N, **kw}
+    return generate(net, prompt, paradigm=PARADIGM, window=1, **kw)
 
 
 def _verify(net: Transformer, prompt: list[int], window: int, **kw: Any) -> GenerateResult:
@@ -74,18 +76,31 @@ def test_verify_infilling_is_the_w1_decode(
 
 @pytest.fixture
 def drafts_from(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
-    """Swap the draft source: `pick(reference token, position) -> draft token`, from the W = 1
-    decode's canvas."""
+    """Swap the draft source for ``pick(W = 1's token, position) -> draft``, per prompt (a
+    state is told by its prompt's length)."""
 
-    def swap(net: Transformer, prompt: list[int], pick: Callable[[int], int]) -> None:
-        ref = torch.tensor(prompt + _w1(net, prompt).tokens)
-        monkeypatch.setattr(
-            verify,
-            "draft",
-            lambda positions, logits, mask_id: torch.tensor([pick(int(ref[p])) for p in positions]),
-        )
+    def swap(
+        net: Transformer,
+        prompts: list[list[int]],
+        pick: Callable[[int, int], int],
+        new: list[int] | None = None,
+    ) -> None:
+        refs = {
+            len(prompt): prompt + _w1(net, prompt, max_new_tokens=n).tokens
+            for prompt, n in zip(prompts, new or [N] * len(prompts), strict=True)
+        }
+
+        def draft(state: Any, positions: torch.Tensor, logits: Any, mask_id: int) -> torch.Tensor:
+            ref = refs[state.gen_start]
+            return torch.tensor([pick(ref[p], p) for p in positions.tolist()])
+
+        monkeypatch.setattr(verify, "draft", draft)
 
     return swap
+
+
+def _wrong(token: int) -> int:
+    return (token + 1) % VOCAB or 4  # never the token, never [MASK] (3)
 
 
 @pytest.mark.parametrize("window", WINDOWS)
@@ -96,7 +111,7 @@ def test_perfect_drafts_decode_window_tokens_a_forward(
     """Drafts equal to W = 1's tokens all agree: W tokens a forward (the W - 1 drafts of the
     previous forward + the bonus), after the first forward's one."""
     expected = _w1(net, prompt).tokens
-    drafts_from(net, prompt, lambda token: token)
+    drafts_from(net, [prompt], lambda token, _: token)
     out = _verify(net, prompt, window)
     assert out.tokens == expected
     assert out.drafts[0] == out.drafts[1] > 0
@@ -112,7 +127,7 @@ def test_wrong_drafts_still_decode_exactly(
     """Drafts that never agree: every one is rejected (its K/V dropped, cached logits still
     equal recomputed ones), one token a forward, the W = 1 tokens."""
     expected = _w1(net, prompt).tokens
-    drafts_from(net, prompt, lambda token: (token + 1) % VOCAB or 4)
+    drafts_from(net, [prompt], lambda token, _: _wrong(token))
     out = _verify(net, prompt, window)
     assert out.tokens == expected
     assert out.drafts[0] > 0 and out.drafts[1] == 0
@@ -130,8 +145,7 @@ def test_stops_fire_on_verified_tokens(
     stop = _w1(net, prompt).tokens[N // 2]
     expected = _w1(net, prompt, stop_ids=[stop])
     assert expected.stopped
-    wrong = (stop + 1) % VOCAB or 4
-    drafts_from(net, prompt, (lambda t: t) if perfect else (lambda t: stop if t != stop else wrong))
+    drafts_from(net, [prompt], lambda t, _: t if perfect else (stop if t != stop else _wrong(stop)))
     out = _verify(net, prompt, 4, stop_ids=[stop])
     assert out.stopped and out.tokens == expected.tokens
     assert out.drafts[0] > 0
@@ -144,6 +158,74 @@ def test_stop_ids_as_w1(net: Transformer, window: int) -> None:
     expected = _w1(net, prompt, stop_ids=[stop])
     out = _verify(net, prompt, window, stop_ids=[stop])
     assert out.stopped and out.tokens == expected.tokens
+
+
+BATCH = [PROMPTS[1], PROMPTS[0], PROMPTS[2]]
+BATCH_NEW = [8, 12, 6]
+
+
+def _batch_rows(net: Transformer, window: int, **kw: Any) -> list[GenerateResult]:
+    """Batched verify decoding: each row equals verify alone (tokens, steps, NFE, drafts,
+    logits to 1e-5) and W = 1's greedy decode."""
+    rows = generate_batch(
+        net,
+        BATCH,
+        max_new_tokens=BATCH_NEW,
+        paradigm=PARADIGM,
+        window=window,
+        verify=True,
+        trace_logits=True,
+        **kw,
+    )
+    stops = {k: v for k, v in kw.items() if k == "stop_ids"}
+    for prompt, n, row in zip(BATCH, BATCH_NEW, rows, strict=True):
+        alone = generate(
+            net,
+            prompt,
+            max_new_tokens=n,
+            paradigm=PARADIGM,
+            window=window,
+            verify=True,
+            trace_logits=True,
+            **kw,
+        )
+        assert (row.tokens, row.steps, row.nfe, row.drafts) == (
+            alone.tokens,
+            alone.steps,
+            alone.nfe,
+            alone.drafts,
+        )
+        assert (row.stopped, row.cache_length) == (alone.stopped, alone.cache_length)
+        assert row.logits is not None and alone.logits is not None
+        for a, b in zip(row.logits, alone.logits, strict=True):
+            assert a.shape == b.shape and (a - b).abs().max().item() <= 1e-5
+        assert row.tokens == _w1(net, prompt, max_new_tokens=n, **stops).tokens
+    return rows
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("window", WINDOWS)
+def test_batched_verify_rows_equal_alone(net: Transformer, window: int, use_cache: bool) -> None:
+    _batch_rows(net, window, use_cache=use_cache)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_batched_ragged_acceptance(
+    net: Transformer, drafts_from: Callable[..., None], use_cache: bool
+) -> None:
+    """Drafts right or wrong by position: each row accepts its own count each forward (the
+    cache rows drop different numbers of rejected entries), still W = 1's tokens."""
+    drafts_from(net, BATCH, lambda t, p: t if p % 5 else _wrong(t), BATCH_NEW)
+    rows = _batch_rows(net, 4, use_cache=use_cache)
+    assert all(0 < r.drafts[1] < r.drafts[0] for r in rows)
+    assert max(len(s) for s in rows[1].steps) > 1
+    assert len({r.nfe for r in rows}) > 1
+
+
+def test_batched_verify_stops(net: Transformer) -> None:
+    stop = _w1(net, BATCH[1], max_new_tokens=BATCH_NEW[1]).tokens[5]
+    rows = _batch_rows(net, 4, stop_ids=[stop])
+    assert rows[1].stopped
 
 
 @pytest.mark.parametrize(

@@ -25,9 +25,11 @@ from setdiff.sampling.logits import choose_tokens
 from setdiff.sampling.state import DecodeState, Plan
 
 
-def draft(positions: torch.Tensor, logits_MV: torch.Tensor, mask_id: int) -> torch.Tensor:
-    """The drafts for `positions` from their queries' rows: the greedy tokens (the tests swap
-    in perfect and always-wrong drafts here)."""
+def draft(
+    state: DecodeState, positions: torch.Tensor, logits_MV: torch.Tensor, mask_id: int
+) -> torch.Tensor:
+    """The drafts for `positions` of `state` from their queries' rows: the greedy tokens (the
+    tests swap in perfect and wrong drafts here)."""
     return choose_tokens(logits_MV, mask_id=mask_id)[0]
 
 
@@ -61,6 +63,6 @@ def advance(
         state.accept(targets[n_ok:], greedy[n_ok:])
     m = plan.queries.numel()
     if m > 1:  # the first query is the bonus position; the others draft
-        state.accept(plan.queries[1:], draft(plan.queries[1:], logits[-(m - 1) :], mask_id))
+        state.accept(plan.queries[1:], draft(state, plan.queries[1:], logits[-(m - 1) :], mask_id))
         state.drafts = m - 1
     return verified, 0
