@@ -12,7 +12,7 @@ import torch
 
 from setdiff.model import Transformer
 from setdiff.paradigm import SetDLMConfig, make_paradigm
-from setdiff.sampling import verify
+from setdiff.sampling import static, verify
 from setdiff.sampling.batch import generate_batch
 from setdiff.sampling.loop import GenerateResult, generate
 
@@ -226,6 +226,55 @@ def test_batched_verify_stops(net: Transformer) -> None:
     stop = _w1(net, BATCH[1], max_new_tokens=BATCH_NEW[1]).tokens[5]
     rows = _batch_rows(net, 4, stop_ids=[stop])
     assert rows[1].stopped
+
+
+def _compiled_equals_eager(net: Transformer, prompt: list[int], window: int) -> GenerateResult:
+    run = dict(max_new_tokens=N, paradigm=PARADIGM, window=window, verify=True, trace_logits=True)
+    eager = generate(net, prompt, **run)
+    compiled = generate(net, prompt, compile_step=True, **run)
+    assert (compiled.tokens, compiled.steps, compiled.nfe, compiled.drafts) == (
+        eager.tokens,
+        eager.steps,
+        eager.nfe,
+        eager.drafts,
+    )
+    assert compiled.cache_length == eager.cache_length
+    assert eager.logits is not None and compiled.logits is not None
+    for a, b in zip(eager.logits, compiled.logits, strict=True):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-5)
+    assert compiled.tokens == _w1(net, prompt).tokens
+    return compiled
+
+
+@pytest.mark.parametrize("drafts", ["model", "perfect", "wrong", "mixed"])
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("prompt", [PROMPTS[0], PROMPTS[2]], ids=len)
+def test_static_step_verify(
+    monkeypatch: pytest.MonkeyPatch,
+    net: Transformer,
+    drafts_from: Callable[..., None],
+    prompt: list[int],
+    window: int,
+    drafts: str,
+) -> None:
+    """compile_step's static shape (`max_step` inputs: the last verified token, <= W - 1
+    drafts and W queries), the compiler replaced by the eager model: the eager verify decode,
+    rejected entries cropped from the static cache."""
+    monkeypatch.setattr(static, "compiled_forward", lambda net: net)
+    pick = {
+        "perfect": lambda t, p: t,
+        "wrong": lambda t, p: _wrong(t),
+        "mixed": lambda t, p: t if p % 3 else _wrong(t),
+    }.get(drafts)
+    if pick is not None:
+        drafts_from(net, [prompt], pick)
+    _compiled_equals_eager(net, prompt, window)
+
+
+def test_compiled_verify(make_tiny_model: Callable[..., Transformer]) -> None:
+    """The real thing: torch.compile of the padded verify step."""
+    torch._dynamo.reset()
+    _compiled_equals_eager(make_tiny_model(seed=1, head_scale=20.0), PROMPTS[1], 4)
 
 
 @pytest.mark.parametrize(
