@@ -283,13 +283,30 @@ def test_compiled_verify(make_tiny_model: Callable[..., Transformer]) -> None:
         ({}, {}, "verify needs shifted queries"),
         ({"shift": True}, {"temperature": 1.0}, "verify decodes greedily: temperature"),
         ({"shift": True}, {"threshold": 0.5}, "verify accepts drafts by agreement: threshold"),
+        (
+            {"shift": True},
+            {"cache_size": 15},
+            r"verify needs cache_size >= 19 \(the whole decode\)",
+        ),
     ],
 )
 def test_verify_refusals(
-    make_tiny_model: Callable[..., Transformer], config: dict, options: dict, match: str
+    monkeypatch: pytest.MonkeyPatch,
+    make_tiny_model: Callable[..., Transformer],
+    config: dict,
+    options: dict,
+    match: str,
 ) -> None:
-    paradigm = make_paradigm("setdlm", SetDLMConfig(**config), mask_id=MASK_ID)
+    """One clear line naming the option, before any compute, from generate and generate_batch."""
+    net = make_tiny_model()
+    monkeypatch.setattr(net, "forward", lambda *a, **k: pytest.fail("computed"))
+    run = dict(
+        max_new_tokens=N,
+        paradigm=make_paradigm("setdlm", SetDLMConfig(**config), mask_id=MASK_ID),
+        verify=True,
+        **options,
+    )
     with pytest.raises(ValueError, match=match):
-        generate(
-            make_tiny_model(), [1], max_new_tokens=4, paradigm=paradigm, verify=True, **options
-        )
+        generate(net, PROMPTS[2], **run)
+    with pytest.raises(ValueError, match=match):
+        generate_batch(net, [PROMPTS[2]], **run)

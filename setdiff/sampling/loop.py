@@ -23,7 +23,7 @@ import torch
 
 from setdiff.kv_cache import KVCache, StaticKVCache
 from setdiff.sampling.inputs import forward_inputs
-from setdiff.sampling.policies import DecodeContext, DecodeOptions, DecodePolicy
+from setdiff.sampling.policies import DecodeContext, DecodeOptions, DecodePolicy, SetPolicy
 from setdiff.sampling.state import DecodeState, Plan
 from setdiff.sampling.static import STATIC_BUCKET, StaticStep
 
@@ -266,11 +266,18 @@ def check_cache_size(
     max_new_tokens: int,
     cache_size: int | None,
 ) -> int:
-    """The most inputs one forward of this decode feeds; refuses a cache too small for it."""
+    """The most inputs one forward of this decode feeds; refuses a cache too small for it (or,
+    for ``verify``, one that would drop entries: the decode would no longer be W = 1's)."""
     need = policy.max_forward(len(prompt) + len(suffix), max_new_tokens)
     if cache_size is not None and cache_size < need:
         raise ValueError(
             f"cache_size={cache_size} cannot hold one forward of this decode ({need} inputs)"
+        )
+    total = len(prompt) + max_new_tokens + len(suffix)
+    if isinstance(policy, SetPolicy) and policy.verify and (cache_size or total) < total:
+        raise ValueError(
+            f"verify needs cache_size >= {total} (the whole decode), got {cache_size}: "
+            "entries dropped from the left would change the decode"
         )
     return need
 
