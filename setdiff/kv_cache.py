@@ -243,6 +243,12 @@ class RaggedKVCache:
         self.positions_BC[row, start : start + n] = positions.reshape(-1).cpu()
         self.lengths[row] += n
 
+    def crop(self, row: int, length: int) -> None:
+        """Forget row `row`'s entries from index `length` on (as `KVCache.crop`)."""
+        if not 0 <= length <= self.lengths[row]:
+            raise ValueError(f"crop length {length} outside [0, {self.lengths[row]}]")
+        self.lengths[row] = length
+
     def end_forward(self) -> None:
         self.staged = 0
         self._index_B1T1 = None

@@ -174,9 +174,10 @@ def _run_batch(
             lane.forward_seconds += seconds
             if trace_logits:
                 lane.traced.append(logits[r])
-            positions, tokens = policy.select(lane.state, plan, logits[r], lane.ctx)
+            positions, n_rejected = policy.advance(lane.state, plan, logits[r], lane.ctx)
+            if n_rejected and cache is not None:  # verify's rejected drafts
+                cache.crop(r, cache.lengths[r] - n_rejected)
             if positions.numel():
-                lane.state.accept(positions, tokens)
                 lane.steps.append(positions.tolist())
             if cache is not None:
                 lane.cache_length = cache.lengths[r]
@@ -223,6 +224,7 @@ def _finish(lane: _Lane, trace_logits: bool) -> None:
         forward_seconds=lane.forward_seconds,
         cache_length=lane.cache_length,
         logits=lane.traced if trace_logits else None,
+        drafts=(state.drafts_checked, state.drafts_accepted),
     )
 
 

@@ -23,7 +23,7 @@ import torch
 
 from setdiff.kv_cache import KVCache, StaticKVCache
 from setdiff.sampling.inputs import forward_inputs
-from setdiff.sampling.policies import DecodeContext, DecodeOptions, DecodePolicy
+from setdiff.sampling.policies import DecodeContext, DecodeOptions, DecodePolicy, SetPolicy
 from setdiff.sampling.state import DecodeState, Plan
 from setdiff.sampling.static import STATIC_BUCKET, StaticStep
 
@@ -65,6 +65,8 @@ class GenerateResult:
     """Committed KV-cache entries at the end (0 without a cache)."""
     logits: list[torch.Tensor] | None = None
     """With ``trace_logits=True``: each forward's logits for its committed then queried rows."""
+    drafts: tuple[int, int] = (0, 0)
+    """With ``verify=True``: drafts checked and drafts accepted (the acceptance rate's terms)."""
 
 
 def generate(
@@ -107,7 +109,7 @@ def generate(
             size and cache bucket compiles (seconds); the logits equal the eager ones up to
             float rounding.
         **policy_options: the paradigm's decode options (`DecodeOptions`), e.g. ``window``,
-            ``threshold`` (a float or "off"), ``temperature``, ``top_p`` (see
+            ``threshold`` (a float or "off"), ``temperature``, ``top_p``, ``verify`` (see
             `setdiff.sampling.policies`); parsed once, into the paradigm's policy.
     Raises:
         ValueError: on any bad argument, before any compute: e.g. text where token ids are
@@ -170,9 +172,10 @@ def _run(
         state.record_commit(plan.commit, plan.groups)
         if trace_logits:
             traced.append(logits.cpu())
-        positions, tokens = policy.select(state, plan, logits.cpu(), ctx)
+        positions, n_rejected = policy.advance(state, plan, logits.cpu(), ctx)
+        if n_rejected and cache is not None:  # verify's rejected drafts: as if never committed
+            cache.crop(cache.length - n_rejected)
         if positions.numel():
-            state.accept(positions, tokens)
             steps.append(positions.tolist())
         if stopper.active and (stop_at := stopper.find(state)) is not None:
             break
@@ -185,6 +188,7 @@ def _run(
         forward_seconds=forward_seconds,
         cache_length=cache.length if cache is not None else 0,
         logits=traced if trace_logits else None,
+        drafts=(state.drafts_checked, state.drafts_accepted),
     )
 
 
@@ -262,11 +266,18 @@ def check_cache_size(
     max_new_tokens: int,
     cache_size: int | None,
 ) -> int:
-    """The most inputs one forward of this decode feeds; refuses a cache too small for it."""
+    """The most inputs one forward of this decode feeds; refuses a cache too small for it (or,
+    for ``verify``, one that would drop entries: the decode would no longer be W = 1's)."""
     need = policy.max_forward(len(prompt) + len(suffix), max_new_tokens)
     if cache_size is not None and cache_size < need:
         raise ValueError(
             f"cache_size={cache_size} cannot hold one forward of this decode ({need} inputs)"
+        )
+    total = len(prompt) + max_new_tokens + len(suffix)
+    if isinstance(policy, SetPolicy) and policy.verify and (cache_size or total) < total:
+        raise ValueError(
+            f"verify needs cache_size >= {total} (the whole decode), got {cache_size}: "
+            "entries dropped from the left would change the decode"
         )
     return need
 
@@ -283,7 +294,7 @@ class Stopper:
 
     def find(self, state: DecodeState) -> int | None:
         """Canvas position of the token that completes the first stop, or None."""
-        prefix = state.canvas[state.gen_start : state.frontier()].tolist()
+        prefix = state.canvas[state.gen_start : state.verified_end()].tolist()
         for i in range(self.checked, len(prefix)):
             if prefix[i] in self.ids:
                 return state.gen_start + i

@@ -1,9 +1,11 @@
 """Decoding policies: which tokens each forward commits and queries, and which it accepts.
 
 One policy per paradigm's sampler; the loop in `setdiff.sampling.loop` is shared. A policy is a
-frozen record of its options with two methods:
+frozen record of its options with these methods:
 - ``plan(state) -> Plan | None``: the next forward (None = done);
-- ``select(state, plan, logits, ctx) -> (positions, tokens)``: what that forward decodes.
+- ``select(state, plan, logits, ctx) -> (positions, tokens)``: what that forward decodes;
+- ``advance(state, plan, logits, ctx) -> (positions, n_rejected)``: applies it to the state (the
+  loops call this; only verify's rejected drafts give ``n_rejected > 0``: cache entries to drop).
 
 Policies:
 - `ARPolicy`: next-token decoding; each forward commits the previous token and predicts the next.
@@ -12,6 +14,7 @@ Policies:
   most confident plus every one with confidence >= tau;
   accepted tokens are committed (left to right) by the next forward, fused with the next
   queries. ``window="all"`` = any-order decoding. A suffix in the canvas = infilling.
+  ``verify=True``: self-speculative, exactly the W = 1 greedy decode (`setdiff.sampling.verify`).
 - `AnyOrderPolicy` (aogpt): one token per step, in random or confidence order, with linear
   temperature annealing.
 - `BlockPolicy` (bd3lm): blocks of S in order; queries see their whole block; the finished block
@@ -35,6 +38,7 @@ from setdiff.config import check, frozen
 from setdiff.masks import make_prompt_causal_mask_mod
 from setdiff.sampling.logits import accept_confident, choose_tokens
 from setdiff.sampling.state import DecodeState, Plan
+from setdiff.sampling.verify import advance as verify_advance
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -54,6 +58,7 @@ class DecodeOptions(TypedDict, total=False):
     top_p: float
     order: Literal["random", "confidence"]
     chunk_size: int
+    verify: bool
 
 
 def parse_threshold(threshold: float | str | None) -> float | None:
@@ -114,6 +119,17 @@ class _Options:
             parsed["threshold"] = parse_threshold(parsed["threshold"])
         return cls(**parsed, **fixed)
 
+    def advance(
+        self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
+    ) -> tuple[torch.Tensor, int]:
+        """Apply one forward's logits to `state` (its commit already recorded): the positions it
+        decoded, and how many of its commits were rejected, to drop from the end of the cache
+        (only `SetPolicy` with ``verify=True`` rejects any)."""
+        positions, tokens = self.select(state, plan, logits, ctx)  # type: ignore[attr-defined]
+        if positions.numel():
+            state.accept(positions, tokens)
+        return positions, 0
+
 
 @frozen
 class ARPolicy(_Options):
@@ -160,10 +176,25 @@ class SetPolicy(_Options):
     max_window: int = 8
     """s_max of the trained schedule: windows wider than this were never trained (fixed)."""
     shift: bool = False
+    verify: bool = False
+    """Self-speculative decoding: the window's predictions are drafts that the next forward
+    checks against the model's own left-to-right greedy predictions (`setdiff.sampling.verify`);
+    the output is exactly the W = 1 greedy decode, in fewer forwards when drafts agree. Greedy,
+    without threshold, and only with shifted queries."""
 
     def __post_init__(self) -> None:
         _check_sampling(self.temperature, self.top_p)
         _check_threshold(self.threshold)
+        if self.verify:
+            check(self.shift, "verify needs shifted queries (a model trained with shift: true)")
+            check(
+                self.temperature == 0,
+                f"verify decodes greedily: temperature must be 0, got {self.temperature}",
+            )
+            check(
+                self.threshold is None,
+                f"verify accepts drafts by agreement: threshold must be off, got {self.threshold}",
+            )
         if self.window != "all":
             check(
                 isinstance(self.window, int) and self.window >= 1,
@@ -183,15 +214,22 @@ class SetPolicy(_Options):
         return 2 * (n_new if self.window == "all" else min(self.window, n_new))
 
     def plan(self, state: DecodeState) -> Plan | None:
-        if not state.has_masks:
+        if not (state.has_masks or state.drafts):  # drafts are still to be checked
             return None
         # The first forward fuses the prefill (every given token, causal in position order)
         # with the first window's queries, as AR's first forward predicts its first token.
         commit = state.uncommitted_decoded()
         masked = state.is_masked.nonzero().flatten()
-        if self.window != "all":  # masked[0] is the frontier
+        if self.window != "all" and masked.numel():  # masked[0] is the frontier
             masked = masked[masked < masked[0] + self.window]
         return _causal_plan(state, commit, masked)
+
+    def advance(
+        self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
+    ) -> tuple[torch.Tensor, int]:
+        if self.verify:
+            return verify_advance(state, plan, logits, ctx.mask_id)
+        return _Options.advance(self, state, plan, logits, ctx)
 
     def select(
         self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext

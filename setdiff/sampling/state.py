@@ -32,6 +32,12 @@ class DecodeState:
     order: torch.Tensor  # (S,) committed positions in commit order; the first n_committed are set
     group_of: torch.Tensor  # (S,) their groups
     n_committed: int = 0
+    drafts: int = 0
+    """Self-speculative decoding (``verify=True``): the decoded positions just left of the
+    frontier that are unverified drafts (see `setdiff.sampling.verify`)."""
+    drafts_checked: int = 0
+    """Drafts a forward has checked so far; ``drafts_accepted`` of them agreed."""
+    drafts_accepted: int = 0
 
     @classmethod
     def new(cls, prompt: list[int], n_new: int, suffix: list[int], mask_id: int) -> DecodeState:
@@ -71,6 +77,10 @@ class DecodeState:
         masked = self.is_masked.nonzero()
         return int(masked[0]) if masked.numel() else self.gen_end
 
+    def verified_end(self) -> int:
+        """One past the final decoded prefix: the frontier, less any drafts before it."""
+        return self.frontier() - self.drafts
+
     def uncommitted_decoded(self, below: int | None = None) -> torch.Tensor:
         """Positions decoded (or given) but not committed, in position order."""
         ready = ~(self.is_masked | self.is_committed)
@@ -84,6 +94,11 @@ class DecodeState:
         self.order[self.n_committed : self.n_committed + n] = positions
         self.group_of[self.n_committed : self.n_committed + n] = groups
         self.n_committed += n
+
+    def uncommit(self, n: int) -> None:
+        """Forget the last `n` commits (drafts a forward committed, then rejected)."""
+        self.is_committed[self.order[self.n_committed - n : self.n_committed]] = False
+        self.n_committed -= n
 
     def accept(self, positions: torch.Tensor, tokens: torch.Tensor) -> None:
         if not bool(self.is_masked[positions].all()):

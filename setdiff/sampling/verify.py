@@ -1,0 +1,68 @@
+"""Self-speculative set decoding (``SetPolicy(verify=True)``): drafts from the set queries,
+checked by the model's own left-to-right greedy predictions; exactly the W = 1 greedy decode.
+
+With shifted queries a committed row at position q sees exactly the causal prefix up to q, so its
+logits are the left-to-right prediction of q + 1: the computation of the W = 1 query of q + 1.
+A forward commits, left to right, the last verified token and the previous forward's drafts
+(written on the canvas, right after the verified prefix), and queries the W masked positions
+after them. `advance` then reads the greedy prediction g(q + 1) of every committed row q from
+the last verified position on and accepts the longest prefix of drafts that agree with it:
+- at the first disagreement r it writes g(r) there (verified), masks the later drafts again and
+  un-commits the rejected ones (their K/V: the caller drops as many entries from its cache);
+  this forward's queries are discarded (they saw a wrong prefix);
+- if every draft agrees, g of the last committed row is verified too (a "bonus"), and the
+  queries after it become the next drafts (the first query stands for the bonus position).
+Without drafts (the first forward, or after a rejection) the verified token comes from the
+frontier's query, W = 1's own row (in the first forward the prefill's last row does not see an
+infilling suffix, committed after it; the query does). Every forward verifies >= 1 token.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from setdiff.sampling.logits import choose_tokens
+from setdiff.sampling.state import DecodeState, Plan
+
+
+def draft(
+    state: DecodeState, positions: torch.Tensor, logits_MV: torch.Tensor, mask_id: int
+) -> torch.Tensor:
+    """The drafts for `positions` of `state` from their queries' rows: the greedy tokens (the
+    tests swap in perfect and wrong drafts here)."""
+    return choose_tokens(logits_MV, mask_id=mask_id)[0]
+
+
+def advance(
+    state: DecodeState, plan: Plan, logits: torch.Tensor, mask_id: int
+) -> tuple[torch.Tensor, int]:
+    """Apply one forward (rows: `plan`'s committed tokens, then its queries) to `state`.
+
+    Returns the positions it verified, in order, and how many of its commits were rejected
+    (un-committed here; the caller drops that many entries from the end of its cache)."""
+    n_draft, n_commit = state.drafts, plan.commit.numel()
+    start = state.verified_end()  # the first draft; start - 1 is verified, committed just now
+    targets = torch.arange(start, min(start + n_draft + 1, state.gen_end))
+    # Row of position q (predicting q + 1): the commit is [last verified, drafts...].
+    rows = torch.arange(len(targets)) + (n_commit - n_draft - 1 if n_draft else n_commit)
+    greedy = choose_tokens(logits[rows], mask_id=mask_id)[0]
+    agree = (greedy[:n_draft] == state.canvas[start : start + n_draft]).cumprod(0)
+    n_ok = int(agree.sum())
+    state.drafts = 0
+    state.drafts_checked += n_draft
+    state.drafts_accepted += n_ok
+    verified = targets[: n_ok + 1]
+    if n_ok < n_draft:  # reject the drafts from r = start + n_ok on
+        r, n_drop = start + n_ok, n_draft - n_ok
+        state.canvas[r] = greedy[n_ok]
+        state.canvas[r + 1 : start + n_draft] = mask_id
+        state.is_masked[r + 1 : start + n_draft] = True
+        state.uncommit(n_drop)
+        return verified, n_drop
+    if n_ok < len(targets):  # the bonus: the prediction after the last draft
+        state.accept(targets[n_ok:], greedy[n_ok:])
+    m = plan.queries.numel()
+    if m > 1:  # the first query is the bonus position; the others draft
+        state.accept(plan.queries[1:], draft(state, plan.queries[1:], logits[-(m - 1) :], mask_id))
+        state.drafts = m - 1
+    return verified, 0
