@@ -111,8 +111,10 @@ def generate(
             `setdiff.sampling.policies`); parsed once, into the paradigm's policy.
     Raises:
         ValueError: on any bad argument, before any compute: e.g. text where token ids are
-            expected, a token id outside [0, vocab_size), a lone str or int where a list is
-            expected, a non-integer `max_new_tokens` or `seed`.
+            expected, a token id outside [0, vocab_size), the [MASK] id in the prompt, suffix
+            or stop ids, an empty stop string, a lone str or int where a list is expected, a
+            non-integer `max_new_tokens` or `seed`, a bool or non-finite number as a decode
+            option.
     """
     net, paradigm, tokenizer = _unpack(model, paradigm)
     vocab_size, mask_id = net.config.vocab_size, paradigm.mask_id
