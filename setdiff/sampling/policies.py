@@ -73,7 +73,7 @@ def parse_threshold(threshold: float | str | None) -> float | None:
     if threshold is None or threshold == "off":
         return None
     if not (_is_number(threshold) and 0 < threshold <= 1):
-        raise ValueError(f"threshold must be a number in (0, 1] or 'off', got {threshold!r}")
+        raise ValueError(f"threshold must be in (0, 1] or 'off', got {threshold!r}")
     return float(threshold)
 
 
