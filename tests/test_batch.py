@@ -127,7 +127,8 @@ def test_early_stops(sharp_model: Transformer, name: str, options: dict) -> None
     def ragged(ends: list[int | None]) -> bool:
         return any(n is not None for n in ends) and len(set(ends)) > 1
 
-    stop = next(t for t in range(sharp_model.config.vocab_size) if ragged(lengths(t)))
+    vocab = [t for t in range(sharp_model.config.vocab_size) if t != MASK_ID]  # [MASK]: no stop
+    stop = next(t for t in vocab if ragged(lengths(t)))
     rows = check_rows(sharp_model, name, PROMPTS, NEW, stop_ids=[stop], **options)
     assert [len(r.tokens) if r.stopped else None for r in rows] == lengths(stop)
 
@@ -380,3 +381,93 @@ def test_keep_rows_equals_a_gather(rows: list[int]) -> None:
     assert cache.k_NBGCE.shape[1] == len(rows) and torch.equal(cache.positions_BC, positions)
     for i, (k, v) in enumerate(want):
         assert torch.equal(cache.k_NBGCE[:, i], k) and torch.equal(cache.v_NBGCE[:, i], v)
+
+
+# ---------------------------------------------------------------------------------------------
+# decode arguments that would give a silent wrong result: refused by both entry points, in one
+# line naming the argument, before any forward
+
+
+def _decode(entry: str, model: Any, prompt: list[int], suffix: list[int] | None, **kw: Any) -> Any:
+    """`generate` on one prompt, or `generate_batch` on it as a batch of one."""
+    if entry == "generate":
+        return generate(model, prompt, max_new_tokens=4, suffix_ids=suffix, **kw)
+    return generate_batch(model, [prompt], max_new_tokens=4, suffixes=[suffix], **kw)
+
+
+PARADIGMS = ["ar", "mdlm", "bd3lm", "aogpt", "setdlm"]
+INF, NAN = float("inf"), float("nan")
+BAD_OPTIONS = [
+    *[(name, {"temperature": t}, "temperature") for name in PARADIGMS for t in (INF, NAN, True)],
+    *[(name, {"top_p": p}, "top_p") for name in PARADIGMS for p in (INF, NAN, True)],
+    *[(n, {"threshold": t}, "threshold") for n in ("mdlm", "bd3lm", "setdlm") for t in (INF, True)],
+    ("setdlm", {"window": True}, "window"),
+    ("aogpt", {"window": True}, "window"),
+    ("aogpt", {"final_temperature": INF}, "final_temperature"),
+    ("aogpt", {"final_temperature": True}, "final_temperature"),
+    ("mdlm", {"chunk_size": True}, "chunk_size"),
+    ("mdlm", {"chunk_size": "4"}, "chunk_size"),
+    ("setdlm", {"cache_size": True}, "cache_size"),
+    ("setdlm", {"cache_size": 64.0}, "cache_size"),
+    *[
+        (name, {"stop_ids": [24]}, r"stop_ids: token id 24 is outside \[0, 24\)")
+        for name in PARADIGMS
+    ],
+    *[(name, {"stop_ids": [5, -1]}, r"stop_ids: token id -1") for name in PARADIGMS],
+    *[
+        (name, {"stop_ids": [5, MASK_ID]}, r"stop_ids\[1\] is the \[MASK\] id 3")
+        for name in PARADIGMS
+    ],
+]
+
+
+@pytest.mark.parametrize("entry", ["generate", "generate_batch"])
+@pytest.mark.parametrize(("name", "kwargs", "match"), BAD_OPTIONS)
+def test_bad_decode_options_are_refused_before_any_forward(
+    no_compute: Transformer, entry: str, name: str, kwargs: dict, match: str
+) -> None:
+    paradigm = make_paradigm(name, mask_id=MASK_ID)
+    with pytest.raises(ValueError, match=match) as err:
+        _decode(entry, no_compute, [1, 5], None, paradigm=paradigm, **kwargs)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("entry", ["generate", "generate_batch"])
+@pytest.mark.parametrize("name", PARADIGMS)
+def test_an_empty_stop_string_is_refused(no_compute: Transformer, entry: str, name: str) -> None:
+    # "" is in every text: it would stop after the first token
+    from pathlib import Path
+
+    from setdiff.artifacts import LoadedModel
+
+    model = LoadedModel(no_compute, make_paradigm(name, mask_id=MASK_ID), _Letters(), Path())
+    with pytest.raises(ValueError, match=r"stop_strings\[1\] is empty"):
+        _decode(entry, model, [1, 5], None, stop_strings=["ab", ""])
+
+
+@pytest.mark.parametrize("entry", ["generate", "generate_batch"])
+@pytest.mark.parametrize("name", PARADIGMS)
+def test_a_mask_id_in_the_given_tokens_is_refused(
+    no_compute: Transformer, entry: str, name: str
+) -> None:
+    # a [MASK] in the prompt (or the suffix) would be read as context, not decoded
+    paradigm = make_paradigm(name, mask_id=MASK_ID)
+    prompt_name = "prompt_ids" if entry == "generate" else r"prompts\[0\]"
+    with pytest.raises(ValueError, match=prompt_name + r"\[2\] is the \[MASK\] id 3"):
+        _decode(entry, no_compute, [1, 5, MASK_ID, 7], None, paradigm=paradigm)
+    if paradigm.can_infill:
+        suffix_name = "suffix_ids" if entry == "generate" else r"suffixes\[0\]"
+        with pytest.raises(ValueError, match=suffix_name + r"\[0\] is the \[MASK\] id 3"):
+            _decode(entry, no_compute, [1, 5], [MASK_ID, 7], paradigm=paradigm)
+
+
+@pytest.mark.parametrize("entry", ["generate", "generate_batch"])
+@pytest.mark.parametrize("name", ["mdlm", "aogpt", "setdlm"])
+def test_infilling_still_decodes_the_slots_between_prompt_and_suffix(
+    sharp_model: Transformer, entry: str, name: str
+) -> None:
+    # the slots to fill are the masked ones between the given prompt and suffix
+    paradigm = make_paradigm(name, mask_id=MASK_ID)
+    result = _decode(entry, sharp_model, [1, 5], [7, 9], paradigm=paradigm)
+    (result,) = [result] if entry == "generate" else result
+    assert len(result.tokens) == 4 and MASK_ID not in result.tokens

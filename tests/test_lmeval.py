@@ -280,6 +280,8 @@ def test_generate_until_stops_at_the_requests_stop_strings(repo: Path, paradigm:
     assert cut == full[: full.index(stop)]
     with pytest.raises(ValueError, match="generation_kwargs: .*wndow"):
         lm.generate_until([request("generate_until", "7+2=", {"until": [], "wndow": 1})])
+    with pytest.raises(ValueError, match=r"generation_kwargs: until\[1\] is empty"):
+        lm.generate_until([request("generate_until", "7+2=", {"until": ["@@", ""]})])
 
 
 def test_loglikelihood_is_exact_for_ar(repo: Path) -> None:

@@ -53,6 +53,14 @@ BAD = {
         lambda d: d["decode"]["setdlm"].update(threshold=1.5),
         r"decode\.setdlm.*threshold",
     ),
+    "window a bool": (
+        lambda d: d["decode"]["setdlm"].update(window=True),
+        r"decode\.setdlm.*window must be an int",
+    ),
+    "temperature not finite": (
+        lambda d: d["decode"]["ar"].update(temperature=float("inf")),
+        r"decode\.ar.*temperature must be a finite number",
+    ),
     "unknown decode option": (
         lambda d: d["decode"]["ar"].update(windw=2),
         r"decode\.ar.*unknown decode option",

@@ -28,7 +28,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from setdiff.artifacts import load_model
 from setdiff.masks import make_causal_mask_mod, training_mask
 from setdiff.paradigm import Batch
-from setdiff.sampling.loop import generate
+from setdiff.sampling.loop import as_stop_strings, generate
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,11 @@ class SetdiffLM(TemplateLM):
     ) -> tuple[list[int], int, list[str], dict[str, Any]]:
         """(prompt ids, new tokens, stop strings, decode options) of one request, validated."""
         until = kwargs.get("until") or []
-        until = [until] if isinstance(until, str) else list(until)
+        until = list(
+            as_stop_strings(
+                [until] if isinstance(until, str) else until, "generation_kwargs: until"
+            )
+        )
         options = dict(self.decode_options)
         options.update({k: v for k, v in kwargs.items() if k not in GEN_KWARGS_OWN})
         if kwargs.get("do_sample") is False:

@@ -105,15 +105,17 @@ def generate_batch(
     suffix_rows = [None] * B if suffixes is None else _as_sequence(suffixes, "suffixes", "suffixes")
     if len(suffix_rows) != B:
         raise ValueError(f"suffixes must hold one entry per prompt ({B}), got {len(suffix_rows)}")
-    stops, strings = _as_stops(stop_ids, stop_strings)
+    stops, strings = _as_stops(stop_ids, stop_strings, vocab_size, paradigm.mask_id, tokenizer)
     policy = paradigm.decode_policy(dict(policy_options))
-    if strings and tokenizer is None:
-        raise ValueError("stop_strings needs a LoadedModel with a tokenizer")
     lanes, capacities, needs = [], [], []
     for i in range(B):
-        prompt = _as_ids(prompts[i], f"prompts[{i}]", vocab_size)
+        prompt = _as_ids(prompts[i], f"prompts[{i}]", vocab_size, paradigm.mask_id)
         suffix = suffix_rows[i]
-        suffix = [] if suffix is None else _as_ids(suffix, f"suffixes[{i}]", vocab_size)
+        suffix = (
+            []
+            if suffix is None
+            else _as_ids(suffix, f"suffixes[{i}]", vocab_size, paradigm.mask_id)
+        )
         names = (f"prompts[{i}]", f"max_new_tokens[{i}]", f"suffixes[{i}]")
         total = check_lengths(net, paradigm, prompt, suffix, rows_new[i], names=names)
         needs.append(check_cache_size(policy, prompt, suffix, rows_new[i], cache_size))

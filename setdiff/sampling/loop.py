@@ -113,19 +113,19 @@ def generate(
             `setdiff.sampling.policies`); parsed once, into the paradigm's policy.
     Raises:
         ValueError: on any bad argument, before any compute: e.g. text where token ids are
-            expected, a token id outside [0, vocab_size), a lone str or int where a list is
-            expected, a non-integer `max_new_tokens` or `seed`.
+            expected, a token id outside [0, vocab_size), the [MASK] id in the prompt, suffix
+            or stop ids, an empty stop string, a lone str or int where a list is expected, a
+            non-integer `max_new_tokens` or `seed`, a bool or non-finite number as a decode
+            option.
     """
     net, paradigm, tokenizer = _unpack(model, paradigm)
-    vocab_size = net.config.vocab_size
-    prompt = _as_ids(prompt_ids, "prompt_ids", vocab_size)
-    suffix = _as_ids(suffix_ids, "suffix_ids", vocab_size) if suffix_ids is not None else []
+    vocab_size, mask_id = net.config.vocab_size, paradigm.mask_id
+    prompt = _as_ids(prompt_ids, "prompt_ids", vocab_size, mask_id)
+    suffix = [] if suffix_ids is None else _as_ids(suffix_ids, "suffix_ids", vocab_size, mask_id)
     max_new_tokens, seed = _as_int(max_new_tokens, "max_new_tokens"), _as_int(seed, "seed")
-    stops, strings = _as_stops(stop_ids, stop_strings)
+    stops, strings = _as_stops(stop_ids, stop_strings, vocab_size, mask_id, tokenizer)
     total = check_lengths(net, paradigm, prompt, suffix, max_new_tokens)
     policy = paradigm.decode_policy(dict(policy_options))
-    if strings and tokenizer is None:
-        raise ValueError("stop_strings needs a LoadedModel with a tokenizer")
     need = check_cache_size(policy, prompt, suffix, max_new_tokens, cache_size)
     use_cache = use_cache and policy.uses_cache
     if compile_step and not use_cache:
@@ -217,16 +217,36 @@ def _forward(
     return logits[logits.shape[0] - n_out :]
 
 
-def _as_stops(stop_ids: Any, stop_strings: Any) -> tuple[list[int], tuple[str, ...]]:
-    """Validated stop token ids and stop strings."""
-    stops = [
-        _as_int(i, f"stop_ids[{n}]")
-        for n, i in enumerate(_as_sequence(stop_ids, "stop_ids", "token ids"))
-    ]
-    strings = _as_sequence(stop_strings, "stop_strings", "strings")
+def _as_stops(
+    stop_ids: Any, stop_strings: Any, vocab_size: int, mask_id: int, tokenizer: Tokenizer | None
+) -> tuple[list[int], tuple[str, ...]]:
+    """Validated stop token ids and stop strings: only stops that can fire (an id in the
+    vocabulary other than [MASK], which no policy decodes; a non-empty string, with a tokenizer
+    to read it)."""
+    stops = _as_ids(stop_ids, "stop_ids", vocab_size)
+    if mask_id in stops:
+        raise ValueError(
+            f"stop_ids[{stops.index(mask_id)}] is the [MASK] id {mask_id}, which is never "
+            "decoded: it would never stop"
+        )
+    strings = as_stop_strings(stop_strings)
+    if strings and tokenizer is None:
+        raise ValueError("stop_strings needs a LoadedModel with a tokenizer")
+    return stops, strings
+
+
+def as_stop_strings(stop_strings: Any, name: str = "stop_strings") -> tuple[str, ...]:
+    """`stop_strings` as a tuple of non-empty strings (an empty one is in every text, so it
+    would stop at the first token); a `ValueError` naming `name` otherwise."""
+    strings = _as_sequence(stop_strings, name, "strings")
     if not all(isinstance(s, str) for s in strings):
-        raise ValueError(f"stop_strings must hold strings, got {list(strings)!r}")
-    return stops, tuple(strings)
+        raise ValueError(f"{name} must hold strings, got {list(strings)!r}")
+    if "" in strings:
+        raise ValueError(
+            f"{name}[{strings.index('')}] is empty: it is in every text, so it would stop at "
+            "the first token"
+        )
+    return tuple(strings)
 
 
 def check_lengths(
@@ -269,7 +289,7 @@ def check_cache_size(
     """The most inputs one forward of this decode feeds; refuses a cache too small for it (or,
     for ``verify``, one that would drop entries: the decode would no longer be W = 1's)."""
     need = policy.max_forward(len(prompt) + len(suffix), max_new_tokens)
-    if cache_size is not None and cache_size < need:
+    if cache_size is not None and _as_int(cache_size, "cache_size") < need:
         raise ValueError(
             f"cache_size={cache_size} cannot hold one forward of this decode ({need} inputs)"
         )
@@ -320,8 +340,9 @@ def _unpack(
     return model, paradigm, None
 
 
-def _as_ids(ids: Any, name: str, vocab_size: int) -> list[int]:
-    """`ids` as a list of token ids in [0, vocab_size); a `ValueError` naming `name` otherwise."""
+def _as_ids(ids: Any, name: str, vocab_size: int, mask_id: int | None = None) -> list[int]:
+    """`ids` as a list of token ids in [0, vocab_size) (given tokens: without `mask_id`, which
+    would be read as context, not decoded); a `ValueError` naming `name` otherwise."""
     if isinstance(ids, str | bytes):
         raise ValueError(
             f"{name} must be token ids, got the text {ids!r}: encode it first, e.g. "
@@ -338,6 +359,12 @@ def _as_ids(ids: Any, name: str, vocab_size: int) -> list[int]:
     if outside:
         raise ValueError(
             f"{name}: token id {outside[0]} is outside [0, {vocab_size}), the model's vocabulary"
+        )
+    if mask_id is not None and mask_id in out:
+        raise ValueError(
+            f"{name}[{out.index(mask_id)}] is the [MASK] id {mask_id}, which would be read as "
+            "context, not decoded: the slots to decode are max_new_tokens (between the prompt "
+            "and suffix_ids when infilling)"
         )
     return out
 

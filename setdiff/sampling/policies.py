@@ -30,6 +30,8 @@ there, so a policy and the accept rule only ever see ``float | None``.
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from typing import Any, Literal, TypedDict
 
 import torch
@@ -61,11 +63,21 @@ class DecodeOptions(TypedDict, total=False):
     verify: bool
 
 
+def _is_number(value: Any) -> bool:
+    """A finite real number; a bool (a Python int) is not one."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_int(value: Any) -> bool:
+    """An integer; a bool (a Python int) is not one."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def parse_threshold(threshold: float | str | None) -> float | None:
     """A user's threshold: None or "off" = no threshold; otherwise a confidence in (0, 1]."""
     if threshold is None or threshold == "off":
         return None
-    if isinstance(threshold, str) or not 0 < float(threshold) <= 1:
+    if not (_is_number(threshold) and 0 < threshold <= 1):
         raise ValueError(f"threshold must be in (0, 1] or 'off', got {threshold!r}")
     return float(threshold)
 
@@ -80,8 +92,11 @@ def _check_threshold(threshold: float | None) -> None:
 
 
 def _check_sampling(temperature: float, top_p: float) -> None:
-    check(temperature >= 0, f"temperature must be >= 0, got {temperature}")
-    check(0 < top_p <= 1, f"top_p must be in (0, 1], got {top_p}")
+    check(
+        _is_number(temperature) and temperature >= 0,
+        f"temperature must be a finite number >= 0, got {temperature!r}",
+    )
+    check(_is_number(top_p) and 0 < top_p <= 1, f"top_p must be a number in (0, 1], got {top_p!r}")
 
 
 def _causal_plan(state: DecodeState, commit: torch.Tensor, queries: torch.Tensor) -> Plan:
@@ -197,7 +212,7 @@ class SetPolicy(_Options):
             )
         if self.window != "all":
             check(
-                isinstance(self.window, int) and self.window >= 1,
+                _is_int(self.window) and self.window >= 1,
                 f"window must be an int >= 1 or 'all', got {self.window!r}",
             )
             check(
@@ -267,11 +282,13 @@ class AnyOrderPolicy(_Options):
         )
         _check_sampling(self.temperature, self.top_p)
         check(
-            self.final_temperature is None or self.final_temperature >= 0,
-            "final_temperature must be >= 0",
+            self.final_temperature is None
+            or (_is_number(self.final_temperature) and self.final_temperature >= 0),
+            f"final_temperature must be a finite number >= 0 or None, "
+            f"got {self.final_temperature!r}",
         )
         check(
-            self.window is None or (isinstance(self.window, int) and self.window >= 1),
+            self.window is None or (_is_int(self.window) and self.window >= 1),
             f"window must be an int >= 1 or None, got {self.window!r}",
         )
 
@@ -396,7 +413,10 @@ class MDLMPolicy(_Options):
     the slots after it bidirectionally."""
 
     def __post_init__(self) -> None:
-        check(self.chunk_size >= 1, f"chunk_size must be >= 1, got {self.chunk_size}")
+        check(
+            _is_int(self.chunk_size) and self.chunk_size >= 1,
+            f"chunk_size must be an int >= 1, got {self.chunk_size!r}",
+        )
         check(
             self.order in ("random", "confidence"),
             f"order must be random|confidence, got {self.order!r}",
