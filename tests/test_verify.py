@@ -310,3 +310,10 @@ def test_verify_refusals(
         generate(net, PROMPTS[2], **run)
     with pytest.raises(ValueError, match=match):
         generate_batch(net, [PROMPTS[2]], **run)
+
+
+@pytest.mark.parametrize("value", [1, "yes", None])
+def test_verify_must_be_a_bool(make_tiny_model: Callable[..., Transformer], value: object) -> None:
+    paradigm = make_paradigm("setdlm", SetDLMConfig(shift=True), mask_id=MASK_ID)
+    with pytest.raises(ValueError, match="verify must be true or false"):
+        generate(make_tiny_model(), PROMPTS[2], max_new_tokens=N, paradigm=paradigm, verify=value)

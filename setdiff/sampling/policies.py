@@ -200,6 +200,7 @@ class SetPolicy(_Options):
     def __post_init__(self) -> None:
         _check_sampling(self.temperature, self.top_p)
         _check_threshold(self.threshold)
+        check(isinstance(self.verify, bool), f"verify must be true or false, got {self.verify!r}")
         if self.verify:
             check(self.shift, "verify needs shifted queries (a model trained with shift: true)")
             check(
