@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -382,6 +383,40 @@ def test_a_range_error_in_a_preset_names_the_field(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"data\.arith.*n_train must be positive, got 0") as err:
         run_preset(tmp_path, preset)
     assert "matches none" not in str(err.value) and "\n" not in str(err.value)
+
+
+def preset_cli(
+    directory: Path, text: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> str:
+    """`setdiff preset bad` on `text` through the CLI: its one error line (exit 2, no output)."""
+    monkeypatch.delenv("SETDIFF_DEBUG", raising=False)
+    (directory / "bad.yaml").write_text(text)
+    out = directory / "params.yaml"
+    out.write_text("kept: true\n")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["preset", "bad", "--dir", str(directory), "--out", str(out)])
+    assert exit_info.value.code == 2
+    assert out.read_text() == "kept: true\n"
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {directory / 'bad.yaml'}") and err.count("\n") == 1
+    return err
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ("seed: 0", "seed: &loop [0, *loop]"),  # an alias loop: no RecursionError later
+        ("seed: 0", "seed: &zero 0"),  # an anchor alone
+    ],
+)
+def test_yaml_anchors_and_aliases_in_a_preset_are_refused(
+    edit: tuple[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    err = preset_cli(tmp_path, SMOKE.read_text().replace(*edit, 1), capsys, monkeypatch)
+    assert re.search(r"bad\.yaml:\d+:\d+: YAML anchors and aliases .* not allowed", err)
 
 
 # ---------------------------------------------------------------------------------------------
