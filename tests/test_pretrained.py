@@ -275,7 +275,7 @@ def write_stage_params(path: Path, fixtures: dict[str, Path], **model: Any) -> P
         },
         "model": {"gsm8k": model or {"pretrained": str(fixtures["qwen"])}},
         "paradigm": {"ar": {}, "setdlm": {"set_size": 2}},
-        "train": {"gsm8k": {"init_from_ar": True, "ar": recipe, "diffusion": recipe}},
+        "train": {"gsm8k": {"init_from_ar": True, "ar": recipe, "diffusion": dict(recipe)}},
     }
     path.write_text(yaml.safe_dump(params))
     return path
