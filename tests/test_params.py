@@ -107,6 +107,28 @@ BAD = {
         lambda d: d["baseline"]["vllm"].update(concurrency=[1, 0]),
         r"baseline\.vllm\.concurrency\[1\]: must be >= 1, got 0",
     ),
+    # counts within the task's splits (data.arith: n_train 2000, n_valid 100)
+    "batch larger than the train split": (
+        lambda d: d["train"]["arith"]["ar"].update(batch_size=10**9),
+        r"train\.arith\.ar\.batch_size: 1000000000 is more than the 2000 train examples of "
+        r"data\.arith \(n_train\)",
+    ),
+    "eval examples beyond the valid split": (
+        lambda d: d["train"]["arith"]["diffusion"].update(eval_examples=101),
+        r"train\.arith\.diffusion\.eval_examples: 101 is more than the 100 valid",
+    ),
+    "curve beyond the valid split": (
+        lambda d: d["train"]["arith"]["curve"].update(n_examples=500),
+        r"train\.arith\.curve\.n_examples: 500 is more than the 100 valid",
+    ),
+    "bench selection beyond the valid split": (
+        lambda d: d["bench"]["run"].update(n_select=101),
+        r"bench\.run\.n_select: 101 is more than the 100 valid examples of data\.arith",
+    ),
+    "ablation trials shorter than the warm-up": (
+        lambda d: d["ablation"]["budget"].update(train_steps=4),
+        r"ablation\.budget\.train_steps: 4 < the warmup_steps 5 of train\.arith",
+    ),
     "lmeval threads below 0": (
         lambda d: d["lmeval"].update(threads=-2),
         r"lmeval\.threads: must be >= 0, got -2",
