@@ -417,6 +417,7 @@ def stand_in_preset(fixtures: dict[str, Path], gsm8k: Path) -> dict[str, Any]:
     params["evaluate"].update(n_likelihood=10, n_answers=6, batch_size=4, **cpu)
     params["bench"]["run"].update(n_examples=4, n_select=4, warmup=1, **cpu)
     params["baseline"].update(engines=["transformers"], n_examples=3, warmup=1, **cpu)
+    params["lmeval"].update(**cpu)  # a CUDA device on a CPU machine is refused, not swapped
     budget = {"n_trials": 3, "batch": 3, "n_examples": 3, "train_steps": 6, "eval_every": 3,
               "timeout_s": 600, "workers": 1}  # fmt: skip
     params["ablation"]["budget"].update(budget)
