@@ -34,7 +34,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from setdiff.config import ConfigError, check, frozen
+from setdiff.config import ConfigError, Seed, check, frozen
 from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.params import Params
 
@@ -152,7 +152,7 @@ class Bound:
 @frozen
 class SamplerConfig:
     name: Literal["nsga2", "tpe"] = "nsga2"
-    seed: int = 0
+    seed: Seed = 0
 
 
 @frozen

@@ -2,17 +2,21 @@
 
 Every number that can change a result lives in a frozen, keyword-only dataclass. Params files
 (YAML mappings) are turned into these records by `build`, which rejects unknown keys and wrong
-types with an error that names the key and the file it came from. Validation of values lives in
-each record's `__post_init__`; derived values are methods. Nothing here reads files.
+types with an error that names the key and the file it came from. A field's own bounds are
+declared in its type (``threads: Threads = 0``, ``lr: Annotated[float, Bounds(gt=0)]``) and
+checked by `build`, naming the key; rules across fields live in each record's `__post_init__`;
+derived values are methods. Nothing here reads files.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import operator
+import re
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 T = TypeVar("T")
 
@@ -22,6 +26,56 @@ frozen = dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 
 class ConfigError(ValueError):
     """A params value is missing, unknown or invalid. The message names the key and the file."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Bounds:
+    """Bounds of a numeric field, declared in its type: ``Annotated[int, Bounds(ge=1)]``."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+
+    def check(self, value: float, where: str) -> None:
+        for bound, sign, holds in (
+            (self.ge, ">=", operator.ge),
+            (self.gt, ">", operator.gt),
+            (self.le, "<=", operator.le),
+            (self.lt, "<", operator.lt),
+        ):
+            if bound is not None and not holds(value, bound):
+                raise ConfigError(f"{where}: must be {sign} {bound:g}, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Matches:
+    """A string field's form, declared in its type: ``Annotated[str, Matches(regex, what)]``."""
+
+    pattern: str
+    what: str
+    """What a matching value is, for the error."""
+
+    def check(self, value: str, where: str) -> None:
+        if re.fullmatch(self.pattern, value) is None:
+            raise ConfigError(f"{where}: {value!r} is not {self.what}")
+
+
+Count = Annotated[int, Bounds(ge=1)]
+"""A number of things that must be there: steps, examples, a batch size (at least 1)."""
+Count0 = Annotated[int, Bounds(ge=0)]
+"""A number of things that may be none (warm-up runs, an optional curve)."""
+Seed = Annotated[int, Bounds(ge=0)]
+"""A random seed (numpy's generators take non-negative seeds only)."""
+Threads = Annotated[int, Bounds(ge=0)]
+"""torch intra-op threads; 0 = torch's default."""
+Positive = Annotated[float, Bounds(gt=0)]
+"""A rate, a timeout or a scale: above 0."""
+Device = Annotated[
+    str, Matches(r"cpu|mps|cuda(:[0-9]+)?", "a torch device: cpu, cuda, cuda:<index> or mps")
+]
+"""Where a stage computes. Its form is checked with the record; whether this machine has it is
+checked when a stage (or ``setdiff preset``) reads it (`setdiff.preset.load_preset`)."""
 
 
 def build(cls: type[T], mapping: Any, where: str = "params") -> T:
@@ -44,7 +98,7 @@ def build(cls: type[T], mapping: Any, where: str = "params") -> T:
         raise ConfigError(
             f"{where}: unknown key(s) {unknown} for {cls.__name__}; known: {sorted(fields)}"
         )
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     kwargs = {}
     for name, value in mapping.items():
         kwargs[name] = _coerce(hints[name], value, f"{where}.{name}")
@@ -67,6 +121,12 @@ def build(cls: type[T], mapping: Any, where: str = "params") -> T:
 
 def _coerce(hint: Any, value: Any, where: str) -> Any:
     origin = get_origin(hint)
+    if origin is Annotated:  # a declared rule (`Bounds`, `Matches`) on the typed value
+        base, *rules = get_args(hint)
+        value = _coerce(base, value, where)
+        for rule in rules:
+            rule.check(value, where)
+        return value
     if origin in (typing.Union, types.UnionType):
         options = get_args(hint)
         if value is None and type(None) in options:

@@ -21,7 +21,7 @@ import torch
 
 from setdiff.artifacts import LoadedModel
 from setdiff.batching import ArraySplit
-from setdiff.config import check, frozen
+from setdiff.config import Device, Seed, Threads, check, frozen
 from setdiff.progress import progress_bar
 from setdiff.sampling.batch import generate_batch
 from setdiff.sampling.loop import generate
@@ -35,11 +35,11 @@ class EvalConfig:
     n_answers: int = 200
     """Test prompts decoded and scored (tasks with answers only)."""
     batch_size: int = 64
-    seed: int = 0
+    seed: Seed = 0
     """Seed of the order/noise sampled per sequence and of the sampler."""
-    threads: int = 0
+    threads: Threads = 0
     """torch intra-op threads; 0 = torch's default."""
-    device: str = "cpu"
+    device: Device = "cpu"
 
     def __post_init__(self) -> None:
         check(self.n_likelihood >= 1, "n_likelihood must be >= 1")

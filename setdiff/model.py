@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from setdiff.config import check, frozen
+from setdiff.config import Positive, check, frozen
 from setdiff.kv_cache import KVCache
 
 Mask = Any
@@ -47,9 +47,9 @@ class ModelConfig:
     """SwiGLU intermediate size."""
     max_seq_len: int = 512
     """Longest position id the model is used with (checked by the samplers)."""
-    rope_theta: float = 10000.0
+    rope_theta: Positive = 10000.0
     """RoPE base."""
-    norm_eps: float = 1e-5
+    norm_eps: Positive = 1e-5
     """RMSNorm epsilon."""
     tie_embeddings: bool = False
     """Share the input embedding with the output head."""

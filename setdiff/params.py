@@ -2,7 +2,9 @@
 
 `load_params(path)` returns the raw mapping of the active preset (``params.yaml`` by default, a
 copy of one of ``params/<preset>.yaml``); `section(params, "train", TrainConfig)` builds one
-record from a dotted key, naming the file and key in every error.
+record from a dotted key, naming the file and key in every error. A params file is plain data:
+YAML anchors and aliases (``&name``, ``*name``) are refused, so a value is written where it is
+used, and an alias loop cannot reach the code (or DVC) as a self-containing mapping.
 """
 
 from __future__ import annotations
@@ -18,6 +20,22 @@ from setdiff.config import ConfigError, build
 T = TypeVar("T")
 
 DEFAULT_PARAMS = Path("params.yaml")
+
+
+class _PlainLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` that refuses anchors and aliases (each error at its line and column)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                "YAML anchors and aliases (&name, *name) are not allowed in a params file; "
+                "write the value out",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
 
 
 class Params(Mapping[str, Any]):
@@ -58,7 +76,7 @@ def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
         raise ConfigError(f"params file {path} does not exist (run `setdiff preset <name>` first)")
     try:
         with path.open() as f:
-            data = yaml.safe_load(f)
+            data = yaml.load(f, Loader=_PlainLoader)
     except yaml.YAMLError as err:
         raise ConfigError(yaml_error(path, err)) from None
     if not isinstance(data, Mapping):

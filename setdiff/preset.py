@@ -17,6 +17,11 @@ tests (and DVC's per-stage params) hold only those. `setdiff.validate` builds ev
 full preset; the ``preset`` stage runs it before any compute. ``model.<task>`` needs the
 vocabulary and context of the tokenized data, so it is a `ModelSpec` (the architecture or the
 pretrained source, read once) whose `ModelSpec.config` finishes it.
+
+`load_preset` reads the preset a process runs: each section it types has its ``device`` keys
+checked against this machine (``cuda`` without CUDA is refused naming the key, before any
+compute). A `Preset` built directly from `Params` is plain data (`setdiff.validate` of a GPU
+preset on a CPU machine, ``setdiff promote``).
 """
 
 from __future__ import annotations
@@ -27,10 +32,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from setdiff.artifacts import run_id
-from setdiff.config import ConfigError, build
+from setdiff.config import ConfigError, build, to_dict
 from setdiff.model import ModelConfig
 from setdiff.paradigm import PARADIGMS
 from setdiff.params import DEFAULT_PARAMS, Params, load_params
+from setdiff.runtime import unavailable
 from setdiff.study import StudyConfig
 from setdiff.tasks import TASKS
 
@@ -98,6 +104,8 @@ class Preset:
 
     params: Params
     """The raw mapping (for `digest` and the library code that resolves ablation trials)."""
+    on_machine: bool = False
+    """Check each typed section's ``device`` keys against this machine (`load_preset`)."""
     _built: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -109,8 +117,20 @@ class Preset:
 
     def _section(self, dotted: str, cls: type[T]) -> T:
         if dotted not in self._built:
-            self._built[dotted] = self.params.section(dotted, cls)
+            section = self.params.section(dotted, cls)
+            if self.on_machine:
+                self._check_devices(to_dict(section), dotted)
+            self._built[dotted] = section
         return self._built[dotted]
+
+    def _check_devices(self, node: Any, where: str) -> None:
+        """`ConfigError` naming the first ``device`` key under `node` this machine lacks."""
+        if not isinstance(node, Mapping):
+            return
+        for key, value in node.items():
+            if key == "device" and isinstance(value, str) and (why := unavailable(value)):
+                raise ConfigError(f"{self.path}: {where}.device: {why}")
+            self._check_devices(value, f"{where}.{key}")
 
     @property
     def name(self) -> str:
@@ -181,5 +201,6 @@ def model_config(params: Params, task: str, vocab_size: int, seq_len: int) -> Mo
 
 
 def load_preset(path: str | Path = DEFAULT_PARAMS) -> Preset:
-    """Parse a params file (the active preset by default) into a `Preset`."""
-    return Preset(load_params(path))
+    """Parse a params file (the active preset by default) into the `Preset` this process runs
+    (its devices checked against this machine as its sections are read)."""
+    return Preset(load_params(path), on_machine=True)

@@ -33,3 +33,16 @@ def setup_torch(
     if seed is not None:
         torch.manual_seed(seed)
     return torch.device(device)
+
+
+def unavailable(device: str) -> str | None:
+    """Why this machine cannot compute on `device` (a `setdiff.config.Device`), else None."""
+    kind, _, index = device.partition(":")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            return f"{device!r} is not available here (torch.cuda.is_available() is False)"
+        if index and int(index) >= torch.cuda.device_count():
+            return f"{device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+    if kind == "mps" and not torch.backends.mps.is_available():
+        return f"{device!r} is not available here (torch.backends.mps.is_available() is False)"
+    return None

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from setdiff.artifacts import LoadedModel
-from setdiff.config import check, frozen
+from setdiff.config import Device, Seed, check, frozen
 from setdiff.masks import causal_mask
 from setdiff.measure import peak_memory_mb, reset_peak_memory, timed
 from setdiff.sampling.loop import GenerateResult, generate
@@ -51,7 +51,7 @@ class TextGenConfig:
     """Unconditional samples scored (after the warm-up ones)."""
     uncond_tokens: int = 127
     """Token budget of an unconditional sample; at most the model's max_seq_len - 1."""
-    seed: int = 0
+    seed: Seed = 0
     """Seed of the triple draw and of the samplers (decode i uses seed + i)."""
     temperature: float = 1.0
     """Sampling temperature of the unconditional samples (infilling keeps decode.<paradigm>)."""
@@ -59,7 +59,7 @@ class TextGenConfig:
     """Nucleus mass of the unconditional samples (spec section 7: 0.95)."""
     warmup: int = 2
     """Decodes of each kind run first and not recorded (timing warm-up)."""
-    device: str = "cpu"
+    device: Device = "cpu"
     """torch device of the model and the judge, e.g. ``cpu`` or ``cuda``."""
     threads: int = 0
     """torch intra-op threads; 0 = torch's default."""

@@ -28,14 +28,14 @@ import signal
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 
 from setdiff.artifacts import write_text
 from setdiff.batching import ArraySplit
 from setdiff.checkpoint import export_weights, resume_state, save_state
-from setdiff.config import check, frozen
+from setdiff.config import Bounds, Count, Count0, Device, Seed, Threads, check, frozen
 from setdiff.distributed import (
     any_rank,
     gradient_sync,
@@ -57,7 +57,7 @@ class TrainConfig:
     """Optimizer steps."""
     batch_size: int = 32
     """Global batch: sequences per optimizer step, over all ranks."""
-    micro_batch_size: int = 0
+    micro_batch_size: Count0 = 0
     """Sequences per forward/backward (gradient accumulation); 0 = a rank's whole share of the
     batch at once. Must divide batch_size / ranks. The step is the same either way."""
     lr: float = 3e-3
@@ -65,23 +65,23 @@ class TrainConfig:
     min_lr_ratio: float = 0.1
     """Cosine decay floor, as a fraction of `lr`."""
     warmup_steps: int = 50
-    weight_decay: float = 0.0
-    beta1: float = 0.9
-    beta2: float = 0.98
+    weight_decay: Annotated[float, Bounds(ge=0)] = 0.0
+    beta1: Annotated[float, Bounds(ge=0, lt=1)] = 0.9
+    beta2: Annotated[float, Bounds(ge=0, lt=1)] = 0.98
     grad_clip: float = 1.0
     """Max global grad norm; 0 disables clipping."""
     ema_decay: float = 0.0
     """EMA of weights (exported instead of the raw weights when > 0); 0 = off."""
     eval_every: int = 100
     """Steps between held-out loss evaluations (and a final one)."""
-    eval_examples: int = 256
+    eval_examples: Count = 256
     """Validation examples per evaluation (the first ones, fixed noise seed)."""
     checkpoint_every: int = 100
-    seed: int = 0
-    device: str = "cpu"
+    seed: Seed = 0
+    device: Device = "cpu"
     dtype: Literal["float32", "bfloat16"] = "float32"
     """bfloat16 = autocast on CUDA (weights and optimizer stay float32)."""
-    threads: int = 0
+    threads: Threads = 0
     """torch intra-op threads; 0 = torch's default."""
     attention: Literal["sdpa", "flex"] = "sdpa"
     """Training masks as dense tensors (SDPA) or FlexAttention block masks (block-sparse on GPU)."""
@@ -103,6 +103,11 @@ class TrainConfig:
         check(self.lr > 0, f"lr must be > 0, got {self.lr}")
         check(0 <= self.min_lr_ratio <= 1, "min_lr_ratio must be in [0, 1]")
         check(self.warmup_steps >= 0, "warmup_steps must be >= 0")
+        check(
+            self.warmup_steps <= self.steps,
+            f"warmup_steps {self.warmup_steps} > steps {self.steps}: the learning rate would "
+            "never reach lr",
+        )
         check(0 <= self.ema_decay < 1, "ema_decay must be in [0, 1)")
         check(self.eval_every >= 1 and self.checkpoint_every >= 1, "eval/checkpoint_every >= 1")
         check(self.grad_clip >= 0, "grad_clip must be >= 0")

@@ -1,16 +1,19 @@
 """Preset validation: every section of a full preset built before any compute, and cross-section
 rules (bench and lmeval tasks must be study tasks with answers, decode options must build a
-policy). The ``preset`` and ``promote`` stages run it; it is the one module that imports every
-stage's config record (each stage imports only its own, see `setdiff.preset`)."""
+policy, a task's training batch and validation counts fit in its splits). It checks the file,
+not this machine (devices are checked where a stage reads them, `setdiff.preset.load_preset`).
+The ``preset`` and ``promote`` stages run it; it is the one module that imports every stage's
+config record (each stage imports only its own, see `setdiff.preset`)."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from typing import Any
 
 from setdiff.baselines.config import BaselineConfig
 from setdiff.bench.config import BenchRunConfig, configurations, throughput_configurations
-from setdiff.config import ConfigError
+from setdiff.config import ConfigError, to_dict
 from setdiff.evaluate import EvalConfig
 from setdiff.lmeval.config import LmevalConfig
 from setdiff.paradigm import PARADIGMS, make_paradigm
@@ -67,7 +70,8 @@ def validate(params: Params | Preset) -> StudyConfig:
         model = preset.model(task)
         if model.pretrained is None:  # a checkpoint is only read by its stages
             model.config(vocab_size=8, seq_len=8)
-        preset.section(f"train.{task}", TaskTrainConfig)
+        recipe = preset.section(f"train.{task}", TaskTrainConfig)
+        _check_counts(preset, task, f"train.{task}", recipe, _RECIPE_COUNTS)
     for name in study.paradigms:
         _check_decode(preset, name, preset.decode(name), f"decode.{name}")
     answer_only = [
@@ -94,7 +98,16 @@ def validate(params: Params | Preset) -> StudyConfig:
         preset.section("textgen", TextGenConfig)
     _validate_lmeval(preset, study)
     if "ablation" in preset:
-        validate_ablation(preset.params, study)
+        steps = validate_ablation(preset.params, study).budget.train_steps
+        for task, name in ((t, p) for t in study.ablate for p in study.diffusion):
+            warmup = (
+                preset.section(f"train.{task}", TaskTrainConfig).for_paradigm(name).warmup_steps
+            )
+            if steps < warmup:  # a trial fine-tunes with its recipe, for train_steps
+                raise ConfigError(
+                    f"{path}: ablation.budget.train_steps: {steps} < the warmup_steps {warmup} "
+                    f"of train.{task} ({name})"
+                )
     extra = sorted(set(preset.params.get_path("paradigm")) - set(PARADIGMS))
     if extra:
         raise ConfigError(f"{path}: paradigm: unknown paradigm(s) {extra}")
@@ -144,6 +157,36 @@ def _validate_bench(preset: Preset, study: StudyConfig) -> None:
                 f"{preset.path}: bench.tasks: {task!r} must be a study task with "
                 f"answers ({sorted(ANSWER_TASKS)})"
             )
+        _check_counts(preset, task, "bench.run", run, (("n_select", "valid"),))
     for config in configs:
         where = f"bench.sweep.{config.paradigm} ({config.label})"
         _check_decode(preset, config.paradigm, config.options, where)
+
+
+_RECIPE_COUNTS = (
+    ("ar.batch_size", "train"),
+    ("diffusion.batch_size", "train"),
+    ("ar.eval_examples", "valid"),
+    ("diffusion.eval_examples", "valid"),
+    ("curve.n_examples", "valid"),
+)
+"""``train.<task>`` fields that count examples of a split of the task (a batch draws from train)."""
+
+
+def _check_counts(
+    preset: Preset, task: str, key: str, record: Any, counts: tuple[tuple[str, str], ...]
+) -> None:
+    """Each ``(field, split)`` of `record` (the section at `key`) is at most the size of
+    `task`'s split where the preset fixes it (``data.<task>.n_<split>``): more examples than a
+    split holds, or a batch larger than the train split, is a typo that fails or silently
+    runs on fewer. (The counts of sections shared by all tasks, such as
+    ``evaluate.n_likelihood``, are caps: each task takes at most that many and records how
+    many it took.)"""
+    sizes = to_dict(preset.data(task))
+    for field, split in counts:
+        size, value = sizes.get(f"n_{split}"), operator.attrgetter(field)(record)
+        if size is not None and value > size:
+            raise ConfigError(
+                f"{preset.path}: {key}.{field}: {value} is more than the {size} {split} "
+                f"examples of data.{task} (n_{split})"
+            )

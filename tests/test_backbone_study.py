@@ -20,7 +20,7 @@ PARAMS: dict[str, Any] = {
     "backbone": {
         "variants": {"base": {}, "four-heads": {"n_head": 4, "n_kv_head": 4}},
         "ar": RECIPE,
-        "diffusion": RECIPE,
+        "diffusion": dict(RECIPE),
         "set_sizes": [2],
         "n_examples": 3,
     },

@@ -50,4 +50,4 @@ def test_flex_training_on_cpu_is_refused_up_front() -> None:
     from setdiff.train import TrainConfig
 
     with pytest.raises(ValueError, match="flex"):
-        TrainConfig(steps=1, attention="flex", device="cpu")
+        TrainConfig(steps=1, warmup_steps=0, attention="flex", device="cpu")

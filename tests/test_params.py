@@ -81,6 +81,66 @@ BAD = {
         lambda d: d["study"].update(diffusion=["mdlm"]),
         r"diffusion must list",
     ),
+    # bounds declared in the config records' types (`setdiff.config.Bounds`), naming the key
+    "threads below 0": (
+        lambda d: d["train"]["arith"]["ar"].update(threads=-1),
+        r"train\.arith\.ar\.threads: must be >= 0, got -1$",
+    ),
+    "threads below 0 in a paradigm's override": (
+        lambda d: d["train"]["arith"].update(paradigms={"setdlm": {"threads": -1}}),
+        r"train\.arith: paradigms\.setdlm\.threads: must be >= 0, got -1$",
+    ),
+    "no eval examples": (
+        lambda d: d["train"]["text"]["ar"].update(eval_examples=0),
+        r"train\.text\.ar\.eval_examples: must be >= 1, got 0$",
+    ),
+    "beta2 of 1": (
+        lambda d: d["train"]["arith"]["ar"].update(beta2=1.0),
+        r"train\.arith\.ar\.beta2: must be < 1, got 1\.0$",
+    ),
+    "warmup longer than training": (
+        lambda d: d["train"]["arith"]["diffusion"].update(warmup_steps=21),
+        r"train\.arith\.diffusion: warmup_steps 21 > steps 20",
+    ),
+    "negative seed": (lambda d: d["evaluate"].update(seed=-1), r"evaluate\.seed: must be >= 0"),
+    "norm_eps of 0": (
+        lambda d: d["model"]["arith"].update(norm_eps=0),
+        r"model\.arith\.norm_eps: must be > 0, got 0",
+    ),
+    "unknown device": (
+        lambda d: d["bench"]["run"].update(device="banana"),
+        r"bench\.run\.device: 'banana' is not a torch device",
+    ),
+    "vllm concurrency 0": (
+        lambda d: d["baseline"]["vllm"].update(concurrency=[1, 0]),
+        r"baseline\.vllm\.concurrency\[1\]: must be >= 1, got 0",
+    ),
+    # counts within the task's splits (data.arith: n_train 2000, n_valid 100)
+    "batch larger than the train split": (
+        lambda d: d["train"]["arith"]["ar"].update(batch_size=10**9),
+        r"train\.arith\.ar\.batch_size: 1000000000 is more than the 2000 train examples of "
+        r"data\.arith \(n_train\)",
+    ),
+    "eval examples beyond the valid split": (
+        lambda d: d["train"]["arith"]["diffusion"].update(eval_examples=101),
+        r"train\.arith\.diffusion\.eval_examples: 101 is more than the 100 valid",
+    ),
+    "curve beyond the valid split": (
+        lambda d: d["train"]["arith"]["curve"].update(n_examples=500),
+        r"train\.arith\.curve\.n_examples: 500 is more than the 100 valid",
+    ),
+    "bench selection beyond the valid split": (
+        lambda d: d["bench"]["run"].update(n_select=101),
+        r"bench\.run\.n_select: 101 is more than the 100 valid examples of data\.arith",
+    ),
+    "ablation trials shorter than the warm-up": (
+        lambda d: d["ablation"]["budget"].update(train_steps=4),
+        r"ablation\.budget\.train_steps: 4 < the warmup_steps 5 of train\.arith",
+    ),
+    "lmeval threads below 0": (
+        lambda d: d["lmeval"].update(threads=-2),
+        r"lmeval\.threads: must be >= 0, got -2",
+    ),
 }
 
 

@@ -275,7 +275,7 @@ def write_stage_params(path: Path, fixtures: dict[str, Path], **model: Any) -> P
         },
         "model": {"gsm8k": model or {"pretrained": str(fixtures["qwen"])}},
         "paradigm": {"ar": {}, "setdlm": {"set_size": 2}},
-        "train": {"gsm8k": {"init_from_ar": True, "ar": recipe, "diffusion": recipe}},
+        "train": {"gsm8k": {"init_from_ar": True, "ar": recipe, "diffusion": dict(recipe)}},
     }
     path.write_text(yaml.safe_dump(params))
     return path
@@ -417,6 +417,7 @@ def stand_in_preset(fixtures: dict[str, Path], gsm8k: Path) -> dict[str, Any]:
     params["evaluate"].update(n_likelihood=10, n_answers=6, batch_size=4, **cpu)
     params["bench"]["run"].update(n_examples=4, n_select=4, warmup=1, **cpu)
     params["baseline"].update(engines=["transformers"], n_examples=3, warmup=1, **cpu)
+    params["lmeval"].update(**cpu)  # a CUDA device on a CPU machine is refused, not swapped
     budget = {"n_trials": 3, "batch": 3, "n_examples": 3, "train_steps": 6, "eval_every": 3,
               "timeout_s": 600, "workers": 1}  # fmt: skip
     params["ablation"]["budget"].update(budget)

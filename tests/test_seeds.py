@@ -20,7 +20,7 @@ PARAMS: dict[str, Any] = {
     "data": {"seed": 0, "arith": {"n_train": 40, "n_valid": 10, "n_test": 10}},
     "tokenizer": {"arith": {"kind": "char", "seq_len": 32}},
     "model": {"arith": {"n_layer": 1, "n_head": 2, "n_kv_head": 1, "d_model": 32, "d_ff": 64}},
-    "train": {"arith": {"ar": RECIPE, "diffusion": RECIPE}},
+    "train": {"arith": {"ar": RECIPE, "diffusion": dict(RECIPE)}},
     "paradigm": {"ar": {}, "setdlm": {"set_size": 2}},
     "decode": {"ar": {}, "setdlm": {"window": 2}},
     "seeds": {"paradigms": ["setdlm"], "seeds": [1, 2], "n_examples": 4},

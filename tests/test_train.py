@@ -136,7 +136,7 @@ def test_same_seed_same_weights_different_seed_different() -> None:
 )
 def test_bad_train_config_is_rejected(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=field):
-        TrainConfig(**{"steps": 10, field: value})
+        TrainConfig(**{"steps": 10, "warmup_steps": 1, field: value})
 
 
 def test_lr_schedule_warms_up_then_decays_to_the_floor() -> None:

@@ -3,6 +3,7 @@ per-paradigm budgets."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ PARAMS: dict[str, Any] = {
     "train": {
         "arith": {
             "ar": RECIPE,
-            "diffusion": RECIPE,
+            "diffusion": dict(RECIPE),
             "curve": {"n_examples": 3, "decode": {"aogpt": {"order": "confidence", "window": 2}}},
         }
     },
@@ -140,10 +141,13 @@ def test_a_paradigm_may_override_the_diffusion_recipe(tmp_path: Path) -> None:
     params["train"]["arith"]["paradigms"] = {"aogpt": {"steps": 6}}
     _stage(tmp_path, params, "ar")
     assert [r["step"] for r in _stage(tmp_path, params, "aogpt")] == [2, 4, 6]
-    recipe = TaskTrainConfig(ar=TrainConfig(steps=1), diffusion=TrainConfig(steps=2, lr=0.1),
-                             paradigms={"setdlm": {"steps": 3}})  # fmt: skip
-    assert recipe.for_paradigm("setdlm") == TrainConfig(steps=3, lr=0.1)
-    assert recipe.for_paradigm("mdlm") == TrainConfig(steps=2, lr=0.1)
+    ar, diffusion = (
+        TrainConfig(steps=1, warmup_steps=1),
+        TrainConfig(steps=2, warmup_steps=1, lr=0.1),
+    )
+    recipe = TaskTrainConfig(ar=ar, diffusion=diffusion, paradigms={"setdlm": {"steps": 3}})
+    assert recipe.for_paradigm("setdlm") == dataclasses.replace(diffusion, steps=3)
+    assert recipe.for_paradigm("mdlm") == diffusion
 
 
 @pytest.mark.parametrize(

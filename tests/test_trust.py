@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -419,6 +420,125 @@ def test_a_range_error_in_a_preset_names_the_field(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"data\.arith.*n_train must be positive, got 0") as err:
         run_preset(tmp_path, preset)
     assert "matches none" not in str(err.value) and "\n" not in str(err.value)
+
+
+def preset_cli(
+    directory: Path, text: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> str:
+    """`setdiff preset bad` on `text` through the CLI: its one error line (exit 2, no output)."""
+    monkeypatch.delenv("SETDIFF_DEBUG", raising=False)
+    (directory / "bad.yaml").write_text(text)
+    out = directory / "params.yaml"
+    out.write_text("kept: true\n")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["preset", "bad", "--dir", str(directory), "--out", str(out)])
+    assert exit_info.value.code == 2
+    assert out.read_text() == "kept: true\n"
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {directory / 'bad.yaml'}") and err.count("\n") == 1
+    return err
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ("seed: 0", "seed: &loop [0, *loop]"),  # an alias loop: no RecursionError later
+        ("seed: 0", "seed: &zero 0"),  # an anchor alone
+    ],
+)
+def test_yaml_anchors_and_aliases_in_a_preset_are_refused(
+    edit: tuple[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    err = preset_cli(tmp_path, SMOKE.read_text().replace(*edit, 1), capsys, monkeypatch)
+    assert re.search(r"bad\.yaml:\d+:\d+: YAML anchors and aliases .* not allowed", err)
+
+
+@pytest.mark.parametrize(
+    ("edit", "pattern"),
+    [
+        (
+            ("batch_size: 32", "batch_size: 1e9"),
+            r"train\.arith\.ar\.batch_size: expected an integer",
+        ),
+        (("threads: 1}", "threads: -1}"), r"train\.arith\.ar\.threads: must be >= 0, got -1$"),
+        (("warmup_steps: 5", "warmup_steps: 41"), r"train\.arith\.ar: warmup_steps 41 > steps 40"),
+        (("device: cpu", "device: banana"), r"bench\.run\.device: 'banana' is not a torch device"),
+    ],
+)
+def test_values_that_would_fail_later_are_refused_by_setdiff_preset(
+    edit: tuple[str, str],
+    pattern: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    err = preset_cli(tmp_path, SMOKE.read_text().replace(*edit, 1), capsys, monkeypatch)
+    assert re.search(rf"bad\.yaml: {pattern}", err.strip())
+
+
+@pytest.mark.parametrize(
+    ("edit", "cuda", "pattern"),
+    [
+        (
+            ("threads: 1}", "threads: 1, device: cuda}"),
+            False,
+            r"'cuda' is not available here \(torch\.cuda\.is_available\(\) is False\)",
+        ),
+        (
+            ("threads: 1}", "threads: 1, device: cuda:3}"),
+            True,
+            r"'cuda:3': this machine has 1 CUDA",
+        ),
+        (("device: cpu", "device: mps"), False, r"'mps' is not available here"),
+    ],
+)
+def test_a_device_this_machine_lacks_is_refused_by_setdiff_preset(
+    edit: tuple[str, str],
+    cuda: bool,
+    pattern: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: int(cuda))
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    err = preset_cli(tmp_path, SMOKE.read_text().replace(*edit, 1), capsys, monkeypatch)
+    key = "bench.run" if "mps" in edit[1] else "train.arith.ar"
+    assert re.search(rf"bad\.yaml: {re.escape(key)}\.device: {pattern}", err)
+
+
+def test_the_gpu_preset_is_refused_without_cuda_and_applies_with_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gpu = (SMOKE.parent / "gpu.yaml").read_text()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    err = preset_cli(tmp_path, gpu, capsys, monkeypatch)
+    assert re.search(r"bad\.yaml: evaluate\.device: 'cuda' is not available here", err)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    run_preset(tmp_path, gpu)  # the file itself is valid: only this machine lacks CUDA
+    assert yaml.safe_load((tmp_path / "params.yaml").read_text()) == yaml.safe_load(gpu)
+
+
+def test_a_stage_refuses_a_device_this_machine_lacks_before_loading_a_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SETDIFF_DEBUG", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    params = tmp_path / "params.yaml"
+    params.write_text(SMOKE.read_text().replace("threads: 1}", "threads: 1, device: cuda}", 1))
+    argv = ["--params", str(params), "--task", "arith", "--root", str(tmp_path / "none")]
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["train", *argv, "--paradigm", "ar"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {params}: train.arith.ar.device: 'cuda' is not available here " + (
+        "(torch.cuda.is_available() is False)\n"
+    )
 
 
 # ---------------------------------------------------------------------------------------------

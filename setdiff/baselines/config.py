@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from setdiff.config import check, frozen
+from setdiff.config import Count, Count0, Device, Positive, Threads, check, frozen
 
 Engine = Literal["transformers", "vllm"]
 
@@ -15,11 +15,11 @@ class VLLMConfig:
     """An already running OpenAI-compatible server (loopback); None = start one here."""
     on_unavailable: Literal["fail", "skip"] = "fail"
     """When vLLM cannot run: fail the stage, or record it as skipped with the reason."""
-    startup_timeout_s: float = 300.0
-    concurrency: tuple[int, ...] = (1, 4)
+    startup_timeout_s: Positive = 300.0
+    concurrency: tuple[Count, ...] = (1, 4)
     """Concurrent requests for the throughput regime."""
-    timeout_s: float = 60.0
-    retries: int = 2
+    timeout_s: Positive = 60.0
+    retries: Count0 = 2
 
 
 @frozen
@@ -27,8 +27,8 @@ class BaselineConfig:
     engines: tuple[Engine, ...] = ("transformers", "vllm")
     n_examples: int = 100
     warmup: int = 3
-    device: str = "cpu"
-    threads: int = 1
+    device: Device = "cpu"
+    threads: Threads = 1
     batch_sizes: tuple[int, ...] = (1, 4, 16, 64)
     """Throughput regime of our AR (`generate_batch`) and transformers (batched ``generate``):
     the prompts decoded in batches of each size; vLLM's is ``vllm.concurrency``."""

@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from setdiff.config import ConfigError, check, frozen
+from setdiff.config import ConfigError, Device, Seed, check, frozen
 from setdiff.measure import Configuration
 
 
@@ -40,8 +40,8 @@ class BenchRunConfig:
     ``results/bench/<task>.select.csv``: the tradeoff stage chooses its operating points on
     them and reports the test prompts' ratios at those fixed points. 0 = choose on the test
     prompts themselves (the bootstrap then redoes the choice in every resample)."""
-    seed: int = 0
-    device: str = "cpu"
+    seed: Seed = 0
+    device: Device = "cpu"
     threads: int = 1
     """torch intra-op threads (batch-1 decoding of small models is fastest and steadiest on 1)."""
     throughput: ThroughputConfig = ThroughputConfig()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from setdiff.config import check, frozen
+from setdiff.config import Count, Device, Positive, Seed, Threads, check, frozen
 
 
 @frozen
@@ -13,8 +13,8 @@ class LmevalVLLMConfig:
     """Evaluate the AR export served by vLLM through lm-eval's ``local-completions`` client."""
     on_unavailable: Literal["fail", "skip"] = "skip"
     """When vLLM cannot run: fail the stage, or record it as skipped with the reason."""
-    startup_timeout_s: float = 300.0
-    timeout_s: int = 60
+    startup_timeout_s: Positive = 300.0
+    timeout_s: Count = 60
     """Per request (lm-eval's client retries 3 times)."""
 
 
@@ -26,9 +26,9 @@ class LmevalConfig:
     """First test prompts evaluated (the same ones for every engine)."""
     paradigms: tuple[str, ...] = ("ar", "setdlm")
     """Models ``models/<task>/<paradigm>`` evaluated on our engine, each at ``decode.<p>``."""
-    seed: int = 0
-    device: str = "cpu"
-    threads: int = 1
+    seed: Seed = 0
+    device: Device = "cpu"
+    threads: Threads = 1
     """torch intra-op threads; 0 = torch's default."""
     vllm: LmevalVLLMConfig = LmevalVLLMConfig()
 
