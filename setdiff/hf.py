@@ -72,13 +72,11 @@ INDEX_FILE = "model.safetensors.index.json"
 MODEL_FILES: tuple[str, ...] = ("*.json", "*.safetensors")
 """What a backbone needs from a hub repository (configs, tokenizer, weights)."""
 TOKENIZER_FILES: tuple[str, ...] = ("tokenizer.json", "tokenizer_config.json", SPECIAL_MAP_FILE)
-EXPORT_FILES: tuple[str, ...] = (
-    CONFIG_FILE,
-    "generation_config.json",
-    WEIGHTS_FILE,
-    *TOKENIZER_FILES,
-)
-"""What `export_hf` writes: a folder holding only these is an earlier export, written over."""
+GENERATION_FILE = "generation_config.json"
+"""Written first by `export_hf`: it marks a folder as an export (a tokenizer folder has none)."""
+EXPORT_FILES: tuple[str, ...] = (CONFIG_FILE, GENERATION_FILE, WEIGHTS_FILE, *TOKENIZER_FILES)
+"""What `export_hf` writes: a folder holding these only, `GENERATION_FILE` among them, is an
+earlier export, written over."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -89,11 +87,12 @@ def export_hf(model_dir: Path, out_dir: Path) -> Path:
     """Write an ``ar`` model directory into `out_dir` as a Hugging Face causal-LM directory.
 
     As ``save_pretrained`` does, `out_dir` is created when missing and its files are written
-    there, each atomically: ``model.safetensors`` (same tensor names, float32), the tokenizer
-    (``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``),
-    ``generation_config.json`` (greedy; the [MASK] id in ``suppress_tokens``, as our decoder
-    never emits it) and ``config.json`` last, so a folder left by a failed export is not
-    loadable. A folder the export created is removed when it fails; nothing else is.
+    there, each atomically: ``generation_config.json`` (greedy; the [MASK] id in
+    ``suppress_tokens``, as our decoder never emits it), ``model.safetensors`` (same tensor
+    names, float32), the tokenizer (``tokenizer.json``, ``tokenizer_config.json``,
+    ``special_tokens_map.json``) and ``config.json`` last, so a folder left by a failed export
+    does not load as a model (and an export over it works). A folder the export created is
+    removed when it fails; nothing else is.
 
     Returns:
         `out_dir`.
@@ -120,11 +119,10 @@ def export_hf(model_dir: Path, out_dir: Path) -> Path:
     try:
         with naming_full_disk(out_dir):
             (out_dir / CONFIG_FILE).unlink(missing_ok=True)  # an earlier export's, replaced last
+            write_json(out_dir / GENERATION_FILE, _generation_config(tokenizer, paradigm.mask_id))
             with atomic_path(out_dir / WEIGHTS_FILE) as tmp:
                 save_file(_export_weights(net), str(tmp), metadata={"format": "pt"})
             _save_hf_tokenizer(tokenizer_path, out_dir, net.config.max_seq_len)
-            generation = _generation_config(tokenizer, paradigm.mask_id)
-            write_json(out_dir / "generation_config.json", generation)
             write_json(out_dir / CONFIG_FILE, config)
     except BaseException:
         if created:
@@ -136,8 +134,8 @@ def export_hf(model_dir: Path, out_dir: Path) -> Path:
 
 def check_export_target(model_dir: Path, out_dir: Path) -> None:
     """Refuse an output folder an export would damage: the model directory or one inside it,
-    or a folder holding anything but an earlier export's `EXPORT_FILES` (a model directory of
-    the pipeline, or a folder of them, in particular).
+    or a folder holding anything but an earlier export (`EXPORT_FILES`): a model directory of
+    the pipeline or a folder of them, a task's tokenizer folder, ...
 
     Raises:
         ValueError: naming `out_dir` and why.
@@ -162,6 +160,11 @@ def check_export_target(model_dir: Path, out_dir: Path) -> None:
         raise ValueError(
             f"{refused}: it holds {others[:3]}, not only an earlier export's files; "
             "export to a new or empty folder"
+        )
+    if entries and not (out_dir / GENERATION_FILE).is_file():
+        raise ValueError(
+            f"{refused}: it holds {[p.name for p in entries][:3]} but no {GENERATION_FILE}, "
+            "so it is not an earlier export; export to a new or empty folder"
         )
 
 

@@ -281,8 +281,9 @@ def models(tmp_path: Path, tokenizer_file: Path, tokenizer: Tokenizer) -> Path:
         ("arith/ar", "is the model directory"),
         ("arith/ar/hf", "is inside the model directory"),
         ("arith/setdlm", "is a model directory of the pipeline"),
-        (".", r"holds \['arith', 'notes'\]"),
+        (".", r"holds \['arith', 'notes', 'tokenizer'\]"),
         ("notes", r"holds \['notes.txt'\]"),
+        ("tokenizer", r"holds \['tokenizer.json'\] but no generation_config.json"),
     ],
 )
 def test_export_refuses_an_out_folder_it_would_damage(
@@ -295,6 +296,10 @@ def test_export_refuses_an_out_folder_it_would_damage(
     monkeypatch.delenv("SETDIFF_DEBUG", raising=False)
     (models / "notes").mkdir()
     (models / "notes/notes.txt").write_text("mine")
+    (models / "tokenizer").mkdir()  # as a task's data/<task>/tokenizer/ folder
+    (models / "tokenizer/tokenizer.json").write_bytes(
+        (models / "arith/ar/tokenizer.json").read_bytes()
+    )
     before = _tree(models.parent)
     code, err = _export_cli(capsys, "export", models / "arith/ar", models / out)
     assert code == 2 and err.count("\n") == 1 and err.startswith("error: ")
@@ -346,6 +351,8 @@ def test_a_full_disk_during_export_is_one_line_naming_the_file(
     else:  # the folder the export created is gone
         assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp leftovers
+    monkeypatch.undo()  # disk space again: the export goes through, over what was left
+    assert export_hf(models / "arith/ar", out) == out and (out / "config.json").exists()
 
 
 # ---------------------------------------------------------------------------------------------
