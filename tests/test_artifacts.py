@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
@@ -83,3 +84,19 @@ def test_saving_over_an_existing_directory_is_atomic(
 def test_write_bytes_is_atomic(tmp_path: Path) -> None:
     write_bytes(tmp_path / "a" / "f.bin", b"x")
     assert (tmp_path / "a" / "f.bin").read_bytes() == b"x"
+
+
+def test_a_full_disk_under_safetensors_names_the_model_directory(
+    saved: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from safetensors import SafetensorError
+
+    def full(*args: object, **kwargs: object) -> None:  # what safetensors raises on ENOSPC
+        raise SafetensorError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        )
+
+    monkeypatch.setattr("setdiff.artifacts.save_file", full)
+    with pytest.raises(OSError, match=r"no space left on device: '.*/m'") as err:
+        save_model_dir(saved, Transformer(CONFIG), make_paradigm("ar", mask_id=3))
+    assert err.value.errno == errno.ENOSPC
