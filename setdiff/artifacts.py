@@ -26,20 +26,51 @@ from safetensors.torch import load_file, save_file
 from setdiff.config import build, to_dict
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import PARADIGMS, Paradigm, make_paradigm
-from setdiff.tokenizer import SPECIAL_MAP_FILE, load_tokenizer
+from setdiff.tokenizer import (
+    DEFAULT_SPECIAL,
+    ROLES,
+    SPECIAL_MAP_FILE,
+    load_tokenizer,
+    read_special_map,
+)
 
 CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = "config.json", "model.safetensors", "tokenizer.json"
 
 
+class DiskFullError(OSError):
+    """ENOSPC naming the output being written (see `naming_full_disk`)."""
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """Whether `err`, or an error it was raised from or while handling, is a full disk.
+
+    Libraries wrap ENOSPC: torch's archive writer raises ``unexpected pos`` while handling the
+    OSError of its file, safetensors' Rust writer a SafetensorError ending ``(os error 28)``.
+    """
+    seen: set[int] = set()
+    chained: BaseException | None = err
+    while chained is not None and id(chained) not in seen:
+        seen.add(id(chained))
+        if isinstance(chained, OSError) and chained.errno == errno.ENOSPC:
+            return True
+        if f"(os error {errno.ENOSPC})" in str(chained):
+            return True
+        chained = chained.__cause__ or chained.__context__
+    return False
+
+
 @contextlib.contextmanager
 def naming_full_disk(path: str | Path) -> Iterator[None]:
-    """Re-raise a disk-full error as ``no space left on device: '<path>'`` (naming the file)."""
+    """Re-raise a disk-full error (`is_disk_full`) as a `DiskFullError`, ``no space left on
+    device: '<path>'``; one raised by an inner block keeps the path it names."""
     try:
         yield
-    except OSError as err:
-        if err.errno != errno.ENOSPC:
+    except DiskFullError:
+        raise
+    except Exception as err:
+        if not is_disk_full(err):
             raise
-        raise OSError(errno.ENOSPC, "no space left on device", str(path)) from err
+        raise DiskFullError(errno.ENOSPC, "no space left on device", str(path)) from err
 
 
 @contextlib.contextmanager
@@ -195,7 +226,23 @@ def read_config(directory: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path}: corrupt JSON ({err})") from None
     if not isinstance(config, dict) or not isinstance(config.get("paradigm"), dict):
         raise ValueError(f"{path}: not a model config (no paradigm record)")
+    required = {"model": dict, "mask_id": int}
+    for key, kind in required.items():
+        if not isinstance(config.get(key), kind):
+            raise ValueError(f"{path}: not a model config (no {kind.__name__} {key!r})")
+    if not isinstance(config["paradigm"].get("name"), str):
+        raise ValueError(f"{path}: not a model config (no paradigm 'name')")
     return config
+
+
+def is_model_dir(directory: str | Path) -> bool:
+    """Whether `directory` holds a model of this project: a ``config.json`` with a ``model`` or
+    ``paradigm`` record (a Hugging Face config has neither)."""
+    try:
+        config = json.loads((Path(directory) / CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and bool({"model", "paradigm"} & config.keys())
 
 
 def load_net(directory: str | Path, device: str = "cpu") -> tuple[Transformer, Paradigm, dict]:
@@ -318,10 +365,8 @@ def check_model_dir(
 
 def _check_vocabulary(path: Path, config: dict[str, Any], expected: Path) -> None:
     own = path / TOKENIZER_FILE
-    if own.exists() and own.read_bytes() == expected.read_bytes():
-        return
-    task_tokenizer = load_tokenizer(expected)
     if not own.exists():
+        task_tokenizer = load_tokenizer(expected)
         rows = int(config["model"]["vocab_size"])
         if rows < task_tokenizer.vocab_size:
             raise ValueError(
@@ -329,13 +374,27 @@ def _check_vocabulary(path: Path, config: dict[str, Any], expected: Path) -> Non
                 f"{task_tokenizer.vocab_size} tokens; retrain the model"
             )
         return
-    model_tokenizer = load_tokenizer(own)
-    if (model_tokenizer.backend.get_vocab(True), model_tokenizer.special) != (
-        task_tokenizer.backend.get_vocab(True),
-        task_tokenizer.special,
-    ):
-        raise ValueError(
-            f"{own} does not match the task's {expected} ({model_tokenizer.vocab_size} vs "
-            f"{task_tokenizer.vocab_size} tokens): the model was trained on another tokenizer; "
-            "retrain it"
-        )
+    if own.read_bytes() != expected.read_bytes():
+        model_tokenizer, task_tokenizer = load_tokenizer(own), load_tokenizer(expected)
+        if model_tokenizer.backend.get_vocab(True) != task_tokenizer.backend.get_vocab(True):
+            raise ValueError(
+                f"{own} does not match the task's {expected} ({model_tokenizer.vocab_size} vs "
+                f"{task_tokenizer.vocab_size} tokens): the model was trained on another "
+                "tokenizer; retrain it"
+            )
+    _check_roles(own, expected)
+
+
+def _check_roles(own: Path, expected: Path) -> None:
+    """The special roles beside the model's tokenizer are the task tokenizer's (same vocabulary:
+    a role pointing at another token, e.g. BOS and EOS swapped, would decode garbage)."""
+    mine = read_special_map(own) or DEFAULT_SPECIAL
+    task = read_special_map(expected) or DEFAULT_SPECIAL
+    for role in ROLES:
+        if mine[role] != task[role]:
+            source = own.with_name(SPECIAL_MAP_FILE)
+            raise ValueError(
+                f"{source if source.exists() else own}: {role} is {mine[role]!r} but the "
+                f"task's tokenizer ({expected}) has {task[role]!r}; the model's special tokens "
+                f"were changed: restore its {SPECIAL_MAP_FILE} or retrain it"
+            )

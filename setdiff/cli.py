@@ -10,10 +10,12 @@ traceback instead. Any other exception is an internal error and keeps its traceb
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib
 import os
 import sys
+from collections.abc import Iterator, Sequence
 
 STAGES: dict[str, str] = {
     "preset": "Write params.yaml from params/<name>.yaml (switch the active preset).",
@@ -37,9 +39,7 @@ STAGES: dict[str, str] = {
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in argv or os.environ.get("SETDIFF_DEBUG", "0") not in ("", "0")
-    argv = [arg for arg in argv if arg != "--debug"]
+    argv, debug = debug_flag(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         width = max(map(len, STAGES))
         lines = [f"  {name:<{width}}  {text}" for name, text in STAGES.items()]
@@ -53,8 +53,23 @@ def main(argv: list[str] | None = None) -> None:
     if name not in STAGES:
         sys.exit(f"setdiff: unknown stage {name!r}; choose one of {', '.join(STAGES)}")
     module = importlib.import_module(f"setdiff.stages.{name}")
-    try:
+    with user_errors(debug):
         module.main(rest)
+
+
+def debug_flag(argv: Sequence[str]) -> tuple[list[str], bool]:
+    """`argv` without ``--debug``, and whether bad input keeps its traceback (``--debug`` given
+    or ``SETDIFF_DEBUG`` set to anything but 0)."""
+    debug = "--debug" in argv or os.environ.get("SETDIFF_DEBUG", "0") not in ("", "0")
+    return [arg for arg in argv if arg != "--debug"], debug
+
+
+@contextlib.contextmanager
+def user_errors(debug: bool = False) -> Iterator[None]:
+    """Report bad input raised in the block (`is_user_error`) as one line, ``error: <message>``,
+    and exit with status 2; with `debug`, and for any other error, the traceback stays."""
+    try:
+        yield
     except (ValueError, OSError) as err:  # ConfigError is a ValueError
         if debug or not is_user_error(err):
             raise

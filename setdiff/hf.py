@@ -22,6 +22,9 @@ import dataclasses
 import hashlib
 import json
 import logging
+import shutil
+import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,13 +35,19 @@ from safetensors.torch import load_file, save_file
 
 from setdiff import hub
 from setdiff.artifacts import (
+    CONFIG_FILE,
     TOKENIZER_FILE,
     WEIGHTS_FILE,
     assign_weights,
-    atomic_dir,
+    atomic_path,
+    is_model_dir,
     load_net,
+    naming_full_disk,
     sha256_file,
+    write_bytes,
+    write_json,
 )
+from setdiff.cli import debug_flag, user_errors
 from setdiff.model import ModelConfig, Transformer, rope_inv_freq
 from setdiff.tokenizer import (
     ROLES,
@@ -65,6 +74,11 @@ INDEX_FILE = "model.safetensors.index.json"
 MODEL_FILES: tuple[str, ...] = ("*.json", "*.safetensors")
 """What a backbone needs from a hub repository (configs, tokenizer, weights)."""
 TOKENIZER_FILES: tuple[str, ...] = ("tokenizer.json", "tokenizer_config.json", SPECIAL_MAP_FILE)
+GENERATION_FILE = "generation_config.json"
+"""Written first by `export_hf`: it marks a folder as an export (a tokenizer folder has none)."""
+EXPORT_FILES: tuple[str, ...] = (CONFIG_FILE, GENERATION_FILE, WEIGHTS_FILE, *TOKENIZER_FILES)
+"""What `export_hf` writes: a folder holding these only, `GENERATION_FILE` among them, is an
+earlier export, written over."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -72,19 +86,24 @@ TOKENIZER_FILES: tuple[str, ...] = ("tokenizer.json", "tokenizer_config.json", S
 
 
 def export_hf(model_dir: Path, out_dir: Path) -> Path:
-    """Write an ``ar`` model directory as a Hugging Face causal-LM directory, atomically.
+    """Write an ``ar`` model directory into `out_dir` as a Hugging Face causal-LM directory.
 
-    The output holds ``config.json``, ``model.safetensors`` (same tensor names, float32),
-    ``generation_config.json`` (greedy; the [MASK] id in ``suppress_tokens``, as our decoder
-    never emits it) and the tokenizer (``tokenizer.json``, ``tokenizer_config.json``,
-    ``special_tokens_map.json``).
+    As ``save_pretrained`` does, `out_dir` is created when missing and its files are written
+    there, each atomically: ``generation_config.json`` (greedy; the [MASK] id in
+    ``suppress_tokens``, as our decoder never emits it), ``model.safetensors`` (same tensor
+    names, float32), the tokenizer (``tokenizer.json``, ``tokenizer_config.json``,
+    ``special_tokens_map.json``) and ``config.json`` last, so a folder left by a failed export
+    does not load as a model (and an export over it works). A folder the export created is
+    removed when it fails; nothing else is.
 
     Returns:
         `out_dir`.
     Raises:
-        ValueError: if the model is not ``ar`` or the directory has no tokenizer.
+        ValueError: if `out_dir` is no place for an export (`check_export_target`), the model
+            is not ``ar`` or the directory has no tokenizer; nothing is written then.
     """
     model_dir, out_dir = Path(model_dir), Path(out_dir)
+    check_export_target(model_dir, out_dir)
     net, paradigm, _ = load_net(model_dir)
     name = paradigm.config.name
     if name != "ar":
@@ -96,13 +115,59 @@ def export_hf(model_dir: Path, out_dir: Path) -> Path:
     if not tokenizer_path.exists():
         raise ValueError(f"{model_dir}: no {TOKENIZER_FILE}; export needs the tokenizer")
     tokenizer = load_tokenizer(tokenizer_path)
-    with atomic_dir(out_dir) as tmp:
-        _write_json(tmp / "config.json", hf_config(net.config, tokenizer))
-        _write_json(tmp / "generation_config.json", _generation_config(tokenizer, paradigm.mask_id))
-        save_file(_export_weights(net), str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
-        _save_hf_tokenizer(tokenizer_path, tmp, net.config.max_seq_len)
+    config = hf_config(net.config, tokenizer)
+    created = not out_dir.exists()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with naming_full_disk(out_dir):
+            (out_dir / CONFIG_FILE).unlink(missing_ok=True)  # an earlier export's, replaced last
+            write_json(out_dir / GENERATION_FILE, _generation_config(tokenizer, paradigm.mask_id))
+            with atomic_path(out_dir / WEIGHTS_FILE) as tmp:
+                save_file(_export_weights(net), str(tmp), metadata={"format": "pt"})
+            _save_hf_tokenizer(tokenizer_path, out_dir, net.config.max_seq_len)
+            write_json(out_dir / CONFIG_FILE, config)
+    except BaseException:
+        if created:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
     logger.info("exported %s -> %s", model_dir, out_dir)
     return out_dir
+
+
+def check_export_target(model_dir: Path, out_dir: Path) -> None:
+    """Refuse an output folder an export would damage: the model directory or one inside it,
+    or a folder holding anything but an earlier export (`EXPORT_FILES`): a model directory of
+    the pipeline or a folder of them, a task's tokenizer folder, ...
+
+    Raises:
+        ValueError: naming `out_dir` and why.
+    """
+    refused = f"{out_dir}: refused as the export folder"
+    model, out = Path(model_dir).resolve(), Path(out_dir).resolve()
+    if out == model or model in out.parents:
+        where = "is" if out == model else "is inside"
+        raise ValueError(f"{refused}: it {where} the model directory {model_dir}")
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise ValueError(f"{refused}: it is a file")
+    if is_model_dir(out_dir):
+        raise ValueError(f"{refused}: it is a model directory of the pipeline")
+    entries = sorted(out_dir.iterdir())
+    held = [p for p in entries if p.is_dir() and is_model_dir(p)]
+    if held:
+        raise ValueError(f"{refused}: it holds the model directory {held[0]}")
+    others = [p.name for p in entries if p.name not in EXPORT_FILES or not p.is_file()]
+    if others:
+        raise ValueError(
+            f"{refused}: it holds {others[:3]}, not only an earlier export's files; "
+            "export to a new or empty folder"
+        )
+    if entries and not (out_dir / GENERATION_FILE).is_file():
+        raise ValueError(
+            f"{refused}: it holds {[p.name for p in entries][:3]} but no {GENERATION_FILE}, "
+            "so it is not an earlier export; export to a new or empty folder"
+        )
 
 
 def hf_config(config: ModelConfig, tokenizer: Tokenizer) -> dict[str, Any]:
@@ -185,22 +250,19 @@ def _export_weights(net: Transformer) -> dict[str, torch.Tensor]:
 def _save_hf_tokenizer(tokenizer_path: Path, out_dir: Path, max_len: int) -> None:
     hf_tokenizer = load_hf_tokenizer(tokenizer_path)
     hf_tokenizer.model_max_length = max_len
-    hf_tokenizer.save_pretrained(str(out_dir))
-    config_path = out_dir / "tokenizer_config.json"
-    config = json.loads(config_path.read_text())
+    with tempfile.TemporaryDirectory() as saved:
+        hf_tokenizer.save_pretrained(saved)
+        write_bytes(out_dir / TOKENIZER_FILE, (Path(saved) / TOKENIZER_FILE).read_bytes())
+        config = json.loads((Path(saved) / "tokenizer_config.json").read_text())
     # transformers >= 5 writes its own backend class name; this one loads in 4.x and 5.x alike.
     config["tokenizer_class"] = "PreTrainedTokenizerFast"
-    _write_json(config_path, config)
+    write_json(out_dir / "tokenizer_config.json", config)
     special = {
         role: config[role]
         for role in ("bos_token", "eos_token", "pad_token", "mask_token", "unk_token")
         if role in config
     }
-    _write_json(out_dir / "special_tokens_map.json", special)
-
-
-def _write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    write_json(out_dir / SPECIAL_MAP_FILE, special)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -430,7 +492,8 @@ def _vocab_of(tokenizer_or_vocab: Any) -> Mapping[str, int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m setdiff.hf export <model_dir> <out_dir>``."""
+    """``python -m setdiff.hf [--debug] export <model_dir> <out_dir>``; bad input (a wrong model
+    or output folder, a full disk) is one line, ``error: <message>``, exit status 2."""
     parser = argparse.ArgumentParser(
         prog="python -m setdiff.hf", description="Hugging Face format conversion."
     )
@@ -438,9 +501,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     export = commands.add_parser("export", help="write an ar model directory in HF Llama format")
     export.add_argument("model_dir", type=Path)
     export.add_argument("out_dir", type=Path)
+    argv, debug = debug_flag(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    export_hf(args.model_dir, args.out_dir)
+    with user_errors(debug):
+        export_hf(args.model_dir, args.out_dir)
     return 0
 
 

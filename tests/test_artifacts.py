@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
@@ -98,3 +99,19 @@ def test_write_json_refuses_non_finite_numbers_naming_file_and_key(
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
     write_json(path, finite_or_none(data))  # the writer's explicit "not computable"
     assert json.loads(path.read_text()) == {"task": "arith", "ci": {"bounds": [1.0, None]}}
+
+
+def test_a_full_disk_under_safetensors_names_the_model_directory(
+    saved: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from safetensors import SafetensorError
+
+    def full(*args: object, **kwargs: object) -> None:  # what safetensors raises on ENOSPC
+        raise SafetensorError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        )
+
+    monkeypatch.setattr("setdiff.artifacts.save_file", full)
+    with pytest.raises(OSError, match=r"no space left on device: '.*/m'") as err:
+        save_model_dir(saved, Transformer(CONFIG), make_paradigm("ar", mask_id=3))
+    assert err.value.errno == errno.ENOSPC

@@ -4,6 +4,7 @@ Qwen3 checkpoints into our backbone, all on tiny random float32 models."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +241,118 @@ def test_export_cli_and_round_trip_through_load_hf_backbone(
     assert raw["model_type"] == "llama" and back.config == net.config
     for key, value in net.state_dict().items():
         assert torch.equal(value, back.state_dict()[key]), key
+
+
+def _export_cli(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str]:
+    """``python -m setdiff.hf`` with `argv`: its exit status and stderr."""
+    capsys.readouterr()
+    try:
+        code = hf.main([str(a) for a in argv])
+    except SystemExit as exit_info:
+        code = int(exit_info.code or 0)
+    return code, capsys.readouterr().err
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() if p.is_file() else None
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.fixture
+def models(tmp_path: Path, tokenizer_file: Path, tokenizer: Tokenizer) -> Path:
+    """A task's models folder as the pipeline writes it: models/arith/{ar,setdlm}."""
+    net = random_backbone(tokenizer.vocab_size)
+    save_ar(tmp_path / "models/arith/ar", net, tokenizer_file, tokenizer.mask_id)
+    save_model_dir(
+        tmp_path / "models/arith/setdlm",
+        net,
+        make_paradigm("setdlm", mask_id=tokenizer.mask_id),
+        tokenizer_file=tokenizer_file,
+    )
+    return tmp_path / "models"
+
+
+@pytest.mark.parametrize(
+    ("out", "why"),
+    [
+        ("arith", "holds the model directory .*arith/ar"),
+        ("arith/ar", "is the model directory"),
+        ("arith/ar/hf", "is inside the model directory"),
+        ("arith/setdlm", "is a model directory of the pipeline"),
+        (".", r"holds \['arith', 'notes', 'tokenizer'\]"),
+        ("notes", r"holds \['notes.txt'\]"),
+        ("tokenizer", r"holds \['tokenizer.json'\] but no generation_config.json"),
+    ],
+)
+def test_export_refuses_an_out_folder_it_would_damage(
+    models: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    out: str,
+    why: str,
+) -> None:
+    monkeypatch.delenv("SETDIFF_DEBUG", raising=False)
+    (models / "notes").mkdir()
+    (models / "notes/notes.txt").write_text("mine")
+    (models / "tokenizer").mkdir()  # as a task's data/<task>/tokenizer/ folder
+    (models / "tokenizer/tokenizer.json").write_bytes(
+        (models / "arith/ar/tokenizer.json").read_bytes()
+    )
+    before = _tree(models.parent)
+    code, err = _export_cli(capsys, "export", models / "arith/ar", models / out)
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: ")
+    assert re.search(f"{re.escape(str(models / out))}: refused .*{why}", err), err
+    assert _tree(models.parent) == before  # nothing written, nothing removed
+
+
+def test_export_writes_into_a_new_folder_and_over_an_earlier_export(
+    models: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "served/ar-hf"
+    (tmp_path / "served").mkdir()
+    (tmp_path / "served/other.txt").write_text("kept")
+    assert hf.main(["export", str(models / "arith/ar"), str(out)]) == 0
+    first = _tree(out)
+    assert set(first) == set(hf.EXPORT_FILES)
+    assert hf.main(["export", str(models / "arith/ar"), str(out)]) == 0  # again, over it
+    assert _tree(out) == first
+    assert (tmp_path / "served/other.txt").read_text() == "kept"
+    assert sorted(p.name for p in (tmp_path / "served").iterdir()) == ["ar-hf", "other.txt"]
+
+
+@pytest.mark.parametrize("earlier", [False, True], ids=["new-folder", "over-an-export"])
+def test_a_full_disk_during_export_is_one_line_naming_the_file(
+    models: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    earlier: bool,
+) -> None:
+    from safetensors import SafetensorError
+
+    monkeypatch.delenv("SETDIFF_DEBUG", raising=False)
+    out = tmp_path / "ar-hf"
+    if earlier:
+        export_hf(models / "arith/ar", out)
+
+    def full(*args: object, **kwargs: object) -> None:  # what safetensors raises on ENOSPC
+        raise SafetensorError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        )
+
+    monkeypatch.setattr("setdiff.hf.save_file", full)
+    code, err = _export_cli(capsys, "export", models / "arith/ar", out)
+    assert code == 2 and err.count("\n") == 1
+    assert "no space left on device" in err and str(out / "model.safetensors") in err
+    if earlier:  # the folder stays, but no longer loads as a model
+        assert out.is_dir() and not (out / "config.json").exists()
+    else:  # the folder the export created is gone
+        assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp leftovers
+    monkeypatch.undo()  # disk space again: the export goes through, over what was left
+    assert export_hf(models / "arith/ar", out) == out and (out / "config.json").exists()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import json
 import os
 import pickle
@@ -30,7 +31,13 @@ from setdiff.sampling.loop import generate
 from setdiff.stages import bench, evaluate, tokenize
 from setdiff.stages import preset as preset_stage
 from setdiff.tasks.records import to_jsonl
-from setdiff.tokenizer import Tokenizer, TokenizerConfig, load_tokenizer, train_tokenizer
+from setdiff.tokenizer import (
+    DEFAULT_SPECIAL,
+    Tokenizer,
+    TokenizerConfig,
+    load_tokenizer,
+    train_tokenizer,
+)
 from setdiff.train import TrainConfig, train
 
 SMOKE = Path(__file__).parents[1] / "params" / "smoke.yaml"
@@ -707,3 +714,90 @@ def test_disk_full_through_the_cli_is_one_line(
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "no space left on device" in err and "out.json" in err and err.count("\n") == 1
+
+
+class FullDisk(io.FileIO):
+    """A new file on a disk with `room` bytes free: the write that reaches the end is short and
+    the next one fails with ENOSPC, as on a real full disk."""
+
+    def __init__(self, path: Path, room: int) -> None:
+        super().__init__(path, "w")
+        self.room = room
+
+    def write(self, data: Any) -> int:
+        free = self.room - self.tell()
+        if free <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return super().write(memoryview(data)[:free])
+
+
+@pytest.mark.parametrize("room", [0, 2048, 9000, 70_000])
+def test_disk_full_inside_torch_save_is_one_line_naming_the_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, room: int
+) -> None:
+    # Wherever the disk fills: past the file's buffer (a large tensor is written around it),
+    # torch's archive writer raises RuntimeError("unexpected pos") while handling the OSError.
+    from setdiff import checkpoint
+
+    monkeypatch.delenv("SETDIFF_DEBUG", raising=False)
+    net = tiny_net(512)  # a 512 x 16 float32 embedding: 32 KiB
+    optimizer = torch.optim.AdamW(net.parameters())
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+
+    def on_full_disk(path: Path, mode: str) -> io.BufferedWriter:
+        return io.BufferedWriter(FullDisk(path, room))
+
+    def stage(argv: list[str]) -> None:
+        state = tmp_path / "ckpt/state.pt"
+        checkpoint.save_state(state, 1, net, optimizer, scheduler, torch.Generator(), None)
+
+    monkeypatch.setattr(checkpoint, "open", on_full_disk, raising=False)
+    monkeypatch.setattr("setdiff.stages.prepare.main", stage)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["prepare", "--task", "arith"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "no space left on device" in err and "ckpt/state.pt" in err and err.count("\n") == 1
+    assert list((tmp_path / "ckpt").iterdir()) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# 12: a model folder whose config or special tokens were edited
+
+
+def _evaluate_cli(repo: Path, capsys: pytest.CaptureFixture[str], paradigm: str) -> str:
+    """The evaluate stage through the `setdiff` command; it must refuse: returns its stderr."""
+    argv = ["--params", str(repo / "params.yaml"), "--task", "arith", "--root", str(repo)]
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["evaluate", *argv, "--paradigm", paradigm])
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_a_model_config_without_its_model_record_is_one_line(
+    repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SETDIFF_DEBUG", raising=False)
+    path = repo / "models/arith/ar/config.json"
+    config = json.loads(path.read_text())
+    del config["model"]
+    path.write_text(json.dumps(config))
+    err = _evaluate_cli(repo, capsys, "ar")
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert "models/arith/ar/config.json" in err and "'model'" in err
+    assert outputs(repo) == []
+
+
+def test_a_special_map_swapping_bos_and_eos_is_refused(
+    repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SETDIFF_DEBUG", raising=False)
+    swapped = dict(DEFAULT_SPECIAL, bos_token="<eos>", eos_token="<bos>")
+    special = repo / "models/arith/ar/special_tokens_map.json"
+    special.write_text(json.dumps(swapped))  # tokenizer.json is still the task's, byte for byte
+    err = _evaluate_cli(repo, capsys, "ar")
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert "models/arith/ar/special_tokens_map.json" in err and "bos_token" in err
+    assert outputs(repo) == []
+    special.unlink()  # the roles a tokenizer trained here has: loads again
+    load_model(repo / "models/arith/ar", tokenizer=repo / "data/arith/tokenizer/tokenizer.json")

@@ -11,7 +11,6 @@ option) is reported as one line, ``error: <message>``, with exit status 2 (``--d
 
 from __future__ import annotations
 
-import os
 import sys
 
 from setdiff.lmeval import TASKS_DIR, register
@@ -30,20 +29,14 @@ def with_our_tasks(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     from lm_eval.__main__ import cli_evaluate
 
-    from setdiff.cli import is_user_error
+    from setdiff.cli import debug_flag, user_errors
 
-    argv = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in argv or os.environ.get("SETDIFF_DEBUG", "0") not in ("", "0")
-    argv = [arg for arg in argv if arg != "--debug"]
+    argv, debug = debug_flag(sys.argv[1:] if argv is None else argv)
     register()
     saved, sys.argv = sys.argv, ["lm-eval", *with_our_tasks(argv)]  # lm-eval parses sys.argv
     try:
-        cli_evaluate()
-    except (ValueError, OSError) as err:
-        if debug or not is_user_error(err):
-            raise
-        print(f"error: {' '.join(str(err).split()) or type(err).__name__}", file=sys.stderr)
-        sys.exit(2)
+        with user_errors(debug):
+            cli_evaluate()
     finally:
         sys.argv = saved
 
