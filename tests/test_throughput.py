@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from setdiff.bench.throughput import Method, parse_config, sweep
 from setdiff.config import ConfigError
 from setdiff.evaluate import answer_rows
 from setdiff.model import ModelConfig, Transformer
-from setdiff.paradigm import make_paradigm
+from setdiff.paradigm import SetDLMConfig, make_paradigm
 from setdiff.stages import bench, tokenize
 from setdiff.tasks.records import to_jsonl
 from setdiff.tokenizer import Tokenizer, TokenizerConfig, load_tokenizer, train_tokenizer
@@ -74,6 +75,36 @@ def test_sweep_figures_and_batch1_identity() -> None:
     assert by[("ar", 4)]["speedup_vs_ar"] == 1.0
     # at B = 16 the 14 prompts take one batch: as many forwards as the slowest row
     assert by[("ar", 16)]["batched_forwards"] < by[("ar", 1)]["batched_forwards"]
+
+
+def test_identical_rows_and_draft_acceptance() -> None:
+    """A lossless decode (setdlm verify) counts as identical to its reference (setdlm at W = 1)
+    on every row, at every batch size; the drafts' acceptance rate is reported where it drafts."""
+    model = _model("setdlm")
+    shifted = dataclasses.replace(
+        model,
+        paradigm=make_paradigm("setdlm", SetDLMConfig(shift=True), mask_id=model.tokenizer.mask_id),
+    )
+    methods = [
+        Method("ar", "default", _model("ar"), {}),
+        Method("setdlm", "window=1", shifted, {"window": 1}),
+        Method("setdlm", "verify=true window=4", shifted, {"window": 4, "verify": True}),
+        Method("mdlm", "chunk_size=4", _model("mdlm"), {"chunk_size": 4}),
+    ]
+    figures = sweep(methods, RECORDS, RECORDS[:1], [1, 4], task="arith", seq_len=16)
+    by = {(f["config"], f["batch_size"]): f for f in figures}
+    for b in (1, 4):
+        verify = by[("verify=true window=4", b)]
+        assert verify["identical_rows"]["setdlm window=1"] == len(RECORDS)
+        assert verify["drafts_checked"] > 0 and 0 <= verify["draft_acceptance"] <= 1
+        assert by[("window=1", b)]["draft_acceptance"] is None
+        assert set(verify["identical_rows"]) == {
+            "ar default",
+            "setdlm window=1",
+            "mdlm chunk_size=4",
+        }
+        # another decode is counted as such: mdlm's rows are not setdlm's
+        assert verify["identical_rows"]["mdlm chunk_size=4"] < len(RECORDS)
 
 
 def test_parse_config() -> None:

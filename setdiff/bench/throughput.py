@@ -11,7 +11,10 @@ order (interleaved, so drift hits all alike); a warm-up chunk per method and bat
 first and not recorded; new tokens are counted up to and including the stop; wall time
 (`setdiff.measure.timed`) covers the whole batched decode, prefill included. A batched run's
 tokens/s is the total new tokens of all rows over the total wall time. Every row is checked
-against the batch-1 run of the same method: same tokens (hence the same accuracy).
+against the batch-1 run of the same method: same tokens (hence the same accuracy); and
+``identical_rows`` counts, per other method, the rows with the same tokens (a lossless decode,
+e.g. setdlm ``verify=true``, against its reference: setdlm ``window=1``), beside the drafts'
+acceptance rate where the method drafts.
 
 `--stand-in` decodes a paradigm whose model directory is missing with the AR checkpoint's weights
 under that paradigm's sampler: its step costs are real, its tokens (and so its accuracy and tokens
@@ -134,9 +137,11 @@ def sweep(
                     tally.new_tokens += count_new_tokens(row.tokens, [tok.eos_id])
                     tally.scores.append(score_answer(task, tok.decode(row.tokens), record)[1])
         ar = next((tallies[m.name] for m in methods if m.paradigm == "ar"), None)
+        tokens_of = {name: [r.tokens for r in tally.rows] for name, tally in tallies.items()}
         for method in methods:
             tally = tallies[method.name]
-            tokens = [r.tokens for r in tally.rows]
+            tokens = tokens_of[method.name]
+            checked, accepted = (sum(r.drafts[i] for r in tally.rows) for i in (0, 1))
             batch1_tokens.setdefault(method.name, tokens if B == 1 else None)
             reference = batch1_tokens[method.name]
             figures.append(
@@ -162,6 +167,16 @@ def sweep(
                     "tokens_per_forward": tally.new_tokens / sum(r.nfe for r in tally.rows),
                     "batched_forwards": tally.forwards,
                     "identical_to_batch1": None if reference is None else tokens == reference,
+                    # rows whose tokens equal another method's rows (a lossless decode against
+                    # its reference greedy decode: n of n_examples)
+                    "identical_rows": {
+                        other: sum(a == b for a, b in zip(tokens, rows, strict=True))
+                        for other, rows in tokens_of.items()
+                        if other != method.name
+                    },
+                    # verify: drafts checked and the share accepted (None without drafts)
+                    "drafts_checked": checked,
+                    "draft_acceptance": accepted / checked if checked else None,
                     "peak_mem_mb": tally.peak_mem_mb,
                 }
             )
