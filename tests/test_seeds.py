@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+from metrics_records import evaluate_metrics
 from safetensors.torch import load_file
 
 from setdiff import retrain
@@ -163,7 +164,7 @@ def test_the_report_table_renders_from_a_metrics_file(tmp_path: Path) -> None:
     for paradigm, accuracy in (("setdlm", 0.684), ("bd3lm", 0.5)):
         path = tmp_path / "metrics" / "evaluate" / "arith" / f"{paradigm}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"accuracy": accuracy}))
+        path.write_text(json.dumps(evaluate_metrics("arith", paradigm, accuracy)))
     (tmp_path / "params.yaml").write_text(
         yaml.safe_dump({"study": {"tasks": ["arith"], "paradigms": ["ar", "bd3lm", "setdlm"]}})
     )

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+from metrics_records import evaluate_metrics, train_metrics
 
 from setdiff import retrain
 from setdiff.config import ConfigError
@@ -188,10 +189,10 @@ def test_the_report_table_joins_the_main_runs_set_size(tmp_path: Path) -> None:
     for paradigm, accuracy in (("ar", 0.95), ("setdlm", 0.9), ("bd3lm", 0.85)):
         path = tmp_path / "metrics" / "evaluate" / "arith" / f"{paradigm}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"accuracy": accuracy}))
+        path.write_text(json.dumps(evaluate_metrics("arith", paradigm, accuracy)))
     train = tmp_path / "metrics" / "train" / "arith" / "setdlm.json"
     train.parent.mkdir(parents=True)
-    train.write_text(json.dumps({"steps": 2000}))
+    train.write_text(json.dumps(train_metrics("arith", "setdlm", 2000)))
     params = {
         "study": {"tasks": ["arith"], "paradigms": ["ar", "bd3lm", "setdlm"], "setsize": ["arith"]},
     }
