@@ -1,8 +1,8 @@
 """Throughput regime: tokens/s of batched decoding at several batch sizes, for every paradigm.
 
     python -m setdiff.bench.throughput --root . --task arith [--batch-sizes 1,4,16,64]
-        [--n-examples 64] [--config "setdlm:window=4,threshold=0.9"] [--stand-in] [--weights P=F]
-        [--out metrics/bench/throughput.json]
+        [--n-examples 64] [--split test|valid] [--config "setdlm:window=4,threshold=0.9"]
+        [--stand-in] [--weights P=F] [--out metrics/bench/throughput.json]
 
 Each method (a paradigm's model with one decode configuration; AR is plain batched AR in our
 engine) decodes the first `n_examples` test prompts in chunks of B with `generate_batch`. The
@@ -297,6 +297,13 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         help="paradigm=file.pt: that paradigm's weights (a state dict of the AR backbone's shape)",
     )
+    parser.add_argument(
+        "--split",
+        default="test",
+        choices=["test", "valid"],
+        help="the prompts measured: valid to choose a configuration (W, a threshold), test to "
+        "measure the chosen one",
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="metrics/bench/throughput.json")
@@ -323,7 +330,7 @@ def main(argv: list[str] | None = None) -> None:
         configs = ["ar:", *configs]
     methods = load_methods(root, args.task, configs, stand_in=args.stand_in, weights=weights)
     raw = root / "data" / args.task / "raw"
-    records = read_records(raw / "test.jsonl", args.task)[: args.n_examples]
+    records = read_records(raw / f"{args.split}.jsonl", args.task)[: args.n_examples]
     warmup = read_records(raw / "valid.jsonl", args.task)[: args.warmup]
     seq_len = methods[0].model.net.config.max_seq_len
     figures = sweep(
@@ -331,6 +338,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     out = {
         "task": args.task,
+        "split": args.split,
         "batch_sizes": sizes,
         "figures": figures,
         "fingerprint": fingerprint(torch.device("cpu"), params_hash="cli"),
