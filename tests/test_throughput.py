@@ -115,6 +115,8 @@ def test_parse_config() -> None:
         {"window": 2, "threshold": 0.9},
     )
     assert parse_config("aogpt:window=none")[2] == {"window": None}
+    assert parse_config("setdlm:verify=true,window=4")[2] == {"verify": True, "window": 4}
+    assert parse_config("setdlm:verify=False")[2] == {"verify": False}
     with pytest.raises(ConfigError, match="unknown paradigm 'gpt'"):
         parse_config("gpt:window=2")
     with pytest.raises(ConfigError, match="key=value"):

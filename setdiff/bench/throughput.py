@@ -228,6 +228,8 @@ def parse_config(text: str) -> tuple[str, str, dict[str, Any]]:
 def _parse_value(value: str) -> Any:
     if value.lower() == "none":
         return None
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
     for cast in (int, float):
         try:
             return cast(value)
