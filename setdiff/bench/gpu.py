@@ -66,36 +66,16 @@ PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12}
 """Dense bf16 tensor-core peak FLOP/s by device name fragment (the vendors' data sheets)."""
 
 
+SIZES: dict[str, dict[str, int]] = {
+    "tiny": {"n_layer": 2, "n_head": 2, "n_kv_head": 1, "d_model": 128, "d_ff": 256},
+    # the default preset's arith backbone (~0.7M parameters)
+    "default": {"n_layer": 4, "n_head": 4, "n_kv_head": 4, "d_model": 128, "d_ff": 256},
+    "small": {"n_layer": 12, "n_head": 12, "n_kv_head": 4, "d_model": 768, "d_ff": 2048},
+}
+
+
 def model_config(size: str, vocab: int, length: int) -> ModelConfig:
-    if size == "default":  # the default preset's arith backbone (~0.7M parameters)
-        return ModelConfig(
-            vocab_size=vocab,
-            n_layer=4,
-            n_head=4,
-            n_kv_head=4,
-            d_model=128,
-            d_ff=256,
-            max_seq_len=length,
-        )
-    if size == "tiny":
-        return ModelConfig(
-            vocab_size=vocab,
-            n_layer=2,
-            n_head=2,
-            n_kv_head=1,
-            d_model=128,
-            d_ff=256,
-            max_seq_len=length,
-        )
-    return ModelConfig(
-        vocab_size=vocab,
-        n_layer=12,
-        n_head=12,
-        n_kv_head=4,
-        d_model=768,
-        d_ff=2048,
-        max_seq_len=length,
-    )
+    return ModelConfig(vocab_size=vocab, max_seq_len=length, **SIZES[size])
 
 
 def check_training(
@@ -420,7 +400,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    parser.add_argument("--size", default="small", choices=["tiny", "default", "small"])
+    parser.add_argument("--size", default="small", choices=list(SIZES))
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=128)
