@@ -5,19 +5,30 @@ never agree; stops fire on verified tokens; bad arguments are refused before any
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
+from setdiff.artifacts import save_model_dir
+from setdiff.baselines.hf_engine import hf_generate, load_hf_model
+from setdiff.hf import export_hf
 from setdiff.model import Transformer
 from setdiff.paradigm import Paradigm, SetDLMConfig, make_paradigm
 from setdiff.sampling import draft_model
 from setdiff.sampling.batch import generate_batch
 from setdiff.sampling.draft_model import DraftModel
 from setdiff.sampling.loop import GenerateResult, generate
+from setdiff.tokenizer import TokenizerConfig, load_tokenizer, train_tokenizer
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import build_tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -240,3 +251,95 @@ def test_refused_for_other_paradigms_and_batches(tiny_model: Transformer) -> Non
         generate(tiny_model, [1], paradigm=setdlm, max_new_tokens=N, draft=tiny_model)
     with pytest.raises(ValueError, match="batch size 1 only"):
         generate_batch(tiny_model, [[1], [1, 5]], paradigm=AR, max_new_tokens=N, draft_tokens=3)
+
+
+# ---------------------------------------------------------------------------------------------
+# transformers baselines: assisted generation and prompt lookup decoding
+
+
+@dataclasses.dataclass(frozen=True)
+class Exported:
+    """Tiny AR models exported to HF directories (`setdiff.hf.export_hf`)."""
+
+    net: Transformer
+    draft: Transformer
+    hf: Path
+    hf_draft: Path
+    eos_id: int
+    paradigm: Paradigm
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
+    root = tmp_path_factory.mktemp("arspec")
+    tokenizer_file = root / "tokenizer.json"
+    texts = ["hello world", "the quick brown fox", "jumps over 12 lazy dogs\n"]
+    train_tokenizer(texts, TokenizerConfig(kind="char", seq_len=32)).save(str(tokenizer_file))
+    tokenizer = load_tokenizer(tokenizer_file)
+    paradigm = make_paradigm("ar", mask_id=tokenizer.mask_id)
+
+    def export(name: str, seed: int, **overrides: Any) -> tuple[Transformer, Path]:
+        net = build_tiny_model(
+            seed, 8.0, vocab_size=tokenizer.vocab_size, max_seq_len=64, **overrides
+        )
+        save_model_dir(root / name, net, paradigm, tokenizer_file=tokenizer_file)
+        return net, export_hf(root / name, root / f"{name}-hf")
+
+    (net, hf), (draft, hf_draft) = export("main", 0), export("draft", 5, n_layer=1, d_model=16)
+    return Exported(net, draft, hf, hf_draft, tokenizer.eos_id, paradigm)
+
+
+HF_PROMPTS = [[0], [0, 5, 6, 7], [0, 9, 10, 9, 10, 11]]
+HF_N = 24
+
+
+@pytest.mark.parametrize("eos", [False, True], ids=["no-eos", "eos"])
+def test_hf_assisted_and_prompt_lookup_equal_greedy_and_ours(exported: Exported, eos: bool) -> None:
+    """Plain greedy, assisted (a random draft; the model itself: k + 1 tokens a forward) and
+    prompt lookup decoding with transformers, and our AR greedy and speculative decodes: the
+    same tokens (with an EOS: the greedy decode's token at HF_N // 2, so that it fires); the
+    speculative ones in fewer forwards of the model."""
+    model, e = load_hf_model(exported.hf), exported
+    drafts = {"random": load_hf_model(e.hf_draft), "self": load_hf_model(e.hf)}
+    lookup_forwards = plain_forwards = 0
+    for prompt in HF_PROMPTS:
+        eos_id = hf_generate(model, prompt, HF_N, None)["tokens"][HF_N // 2] if eos else None
+        plain = hf_generate(model, prompt, HF_N, eos_id)
+        tokens, n = plain["tokens"], plain["n_new_tokens"]
+        assert plain["forwards"] == n and plain["assistant_forwards"] == 0
+        assert plain["stopped"] == eos
+        ar = dict(paradigm=e.paradigm, max_new_tokens=HF_N, stop_ids=[eos_id] if eos else [])
+        assert generate(e.net, prompt, **ar).tokens == tokens
+        for draft in (e.draft, e.net):
+            assert generate(e.net, prompt, draft=draft, draft_tokens=4, **ar).tokens == tokens
+        for name, assistant in drafts.items():
+            out = hf_generate(
+                model, prompt, HF_N, eos_id, assistant_model=assistant, assistant_tokens=4
+            )
+            assert out["tokens"] == tokens, name
+            assert 0 < out["forwards"] <= n and out["assistant_forwards"] > 0
+            if name == "self" and n == HF_N:
+                assert out["forwards"] <= 1 + -(-(n - 1) // 5)
+                assert out["tokens_per_forward"] > 3
+        lookup = hf_generate(model, prompt, HF_N, eos_id, prompt_lookup_num_tokens=3)
+        assert lookup["tokens"] == tokens and 0 < lookup["forwards"] <= n
+        lookup_forwards, plain_forwards = lookup_forwards + lookup["forwards"], plain_forwards + n
+    assert eos or lookup_forwards < plain_forwards  # the greedy decodes repeat: lookups agree
+
+
+def test_hf_speculative_refusals(exported: Exported) -> None:
+    model = load_hf_model(exported.hf)
+    model.register_forward_pre_hook(_no_forward)
+    config = copy.deepcopy(model.config)
+    config.vocab_size = 7
+    other = AutoModelForCausalLM.from_config(config)
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"assistant_model": model, "prompt_lookup_num_tokens": 3}, "choose one draft source"),
+        ({"assistant_tokens": 3}, "assistant_tokens needs assistant_model"),
+        ({"prompt_lookup_num_tokens": 0}, "prompt_lookup_num_tokens must be an int >= 1"),
+        ({"assistant_model": model, "assistant_tokens": True}, "assistant_tokens must be an int"),
+        ({"assistant_model": other}, "assistant_model has vocab_size 7"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=message):
+            hf_generate(model, [0, 5], HF_N, None, **kwargs)
