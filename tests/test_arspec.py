@@ -21,7 +21,7 @@ from setdiff.baselines.hf_engine import hf_generate, load_hf_model
 from setdiff.hf import export_hf
 from setdiff.model import Transformer
 from setdiff.paradigm import Paradigm, SetDLMConfig, make_paradigm
-from setdiff.sampling import draft_model
+from setdiff.sampling import draft_model, static
 from setdiff.sampling.batch import generate_batch
 from setdiff.sampling.draft_model import DraftModel
 from setdiff.sampling.loop import GenerateResult, generate
@@ -138,6 +138,35 @@ def test_self_draft_decodes_k_plus_one_tokens_a_forward(
     )
     assert out.nfe == 1 + -(-(N - 1) // (k + 1))
     assert out.draft_nfe == out.drafts[0]  # the self-draft feeds one token a draft
+
+
+@pytest.mark.parametrize("kind", ["random", "noisy", "self"])
+@pytest.mark.parametrize("prompt", [PROMPTS[0], PROMPTS[2]], ids=len)
+def test_static_step(
+    monkeypatch: pytest.MonkeyPatch,
+    net: Transformer,
+    make_tiny_model: Callable[..., Transformer],
+    prompt: list[int],
+    kind: str,
+) -> None:
+    """compile_step's static shape (`max_step` = k + 1 inputs: the last verified token and the
+    drafts), the compiler replaced by the eager model: the eager decode, rejected entries
+    cropped from the static cache."""
+    monkeypatch.setattr(static, "compiled_forward", lambda net: net)
+    run = dict(draft=_drafts(net, make_tiny_model)[kind], draft_tokens=3, trace_logits=True)
+    eager = _greedy(net, prompt, **run)
+    compiled = _greedy(net, prompt, compile_step=True, **run)
+    assert (compiled.tokens, compiled.steps, compiled.nfe, compiled.drafts) == (
+        eager.tokens,
+        eager.steps,
+        eager.nfe,
+        eager.drafts,
+    )
+    assert compiled.cache_length == eager.cache_length
+    assert eager.logits is not None and compiled.logits is not None
+    for a, b in zip(eager.logits, compiled.logits, strict=True):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-5)
+    assert compiled.tokens == _greedy(net, prompt).tokens
 
 
 def _wrong(token: int) -> int:
