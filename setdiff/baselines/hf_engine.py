@@ -1,5 +1,6 @@
 """AR baseline with ``transformers``: greedy ``generate`` with a KV cache, timed; batch 1
-(`hf_generate`) or a left-padded batch (`hf_generate_batch`).
+(`hf_generate`, also speculative: assisted generation with a draft model, or prompt lookup
+decoding) or a left-padded batch (`hf_generate_batch`).
 
 Works on any causal-LM directory, in particular one written by `setdiff.hf.export_hf`, whose
 ``generation_config.json`` suppresses [MASK] as our AR decoder does, so the two give the same
@@ -8,9 +9,12 @@ greedy tokens. Knows nothing of our model directories or paradigms.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import logging
+import numbers
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,8 +44,13 @@ def hf_generate(
     eos_id: int | None,
     *,
     device: str = "cpu",
+    assistant_model: PreTrainedModel | None = None,
+    assistant_tokens: int | None = None,
+    prompt_lookup_num_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """Greedy decoding (``do_sample=False, use_cache=True``) of one prompt.
+    """Greedy decoding (``do_sample=False, use_cache=True``) of one prompt; speculative with
+    `assistant_model` or `prompt_lookup_num_tokens` (the same greedy tokens, up to float
+    rounding, in fewer forwards of the model when drafts agree).
 
     Args:
         hf_dir: an HF model directory, or a model from `load_hf_model` (reuse it across calls:
@@ -50,16 +59,41 @@ def hf_generate(
         max_new_tokens: the most tokens to generate.
         eos_id: stop after this token (kept in the output); None = always `max_new_tokens`.
         device: where a model loaded from `hf_dir` runs.
+        assistant_model: assisted generation: this small causal LM of the same vocabulary (on
+            the model's device) drafts tokens greedily, the model checks them in one forward.
+        assistant_tokens: the tokens it drafts per forward (a constant k, no confidence
+            cut-off, as our ``draft_tokens``); None = its generation config's (transformers:
+            20, cut off below confidence 0.4).
+        prompt_lookup_num_tokens: prompt lookup decoding: drafts of this many tokens copied
+            from the prompt (and output) after the latest matching n-gram.
     Returns:
         ``tokens`` (new ids, up to and including EOS), ``seconds`` (generate time; CUDA events
         on a GPU), ``wall_seconds``, ``n_new_tokens``, ``tokens_per_second``, ``stopped``
-        (EOS reached) and ``device``.
+        (EOS reached), ``device``, ``forwards`` (forward calls of the model, the prefill's
+        included), ``tokens_per_forward`` and ``assistant_forwards`` (of `assistant_model`).
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if not prompt_ids:
         raise ValueError("prompt_ids must hold at least one token (e.g. BOS)")
+    if assistant_model is not None and prompt_lookup_num_tokens is not None:
+        raise ValueError("assistant_model and prompt_lookup_num_tokens: choose one draft source")
+    if assistant_tokens is not None and assistant_model is None:
+        raise ValueError("assistant_tokens needs assistant_model")
+    for name, k in (
+        ("assistant_tokens", assistant_tokens),
+        ("prompt_lookup_num_tokens", prompt_lookup_num_tokens),
+    ):
+        if k is not None and not (_is_int(k) and k >= 1):
+            raise ValueError(f"{name} must be an int >= 1, got {k!r}")
     model = load_hf_model(hf_dir, device=device) if isinstance(hf_dir, str | Path) else hf_dir
+    if assistant_model is not None and (
+        assistant_model.config.vocab_size != model.config.vocab_size
+    ):
+        raise ValueError(
+            f"assistant_model has vocab_size {assistant_model.config.vocab_size}, the model "
+            f"{model.config.vocab_size}: a draft model must share the model's vocabulary"
+        )
     run_device = next(model.parameters()).device
     input_ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=run_device)  # (1, T)
     kwargs: dict[str, Any] = dict(
@@ -71,7 +105,16 @@ def hf_generate(
         eos_token_id=eos_id,
         pad_token_id=_pad_id(model, eos_id),
     )
-    with torch.inference_mode():
+    if assistant_model is not None:
+        kwargs["assistant_model"] = assistant_model
+    if prompt_lookup_num_tokens is not None:
+        kwargs["prompt_lookup_num_tokens"] = prompt_lookup_num_tokens
+    with (
+        torch.inference_mode(),
+        _assistant_tokens(assistant_model, assistant_tokens),
+        _count_forwards(model) as forwards,
+        _count_forwards(assistant_model) as assistant_forwards,
+    ):
         output, seconds, wall = _timed(lambda: model.generate(input_ids, **kwargs), run_device)
     tokens = output[0, input_ids.shape[1] :].tolist()
     return {
@@ -82,7 +125,53 @@ def hf_generate(
         "tokens_per_second": len(tokens) / seconds if seconds > 0 else float("inf"),
         "stopped": eos_id is not None and bool(tokens) and tokens[-1] == eos_id,
         "device": str(run_device),
+        "forwards": forwards[0],
+        "tokens_per_forward": len(tokens) / max(forwards[0], 1),
+        "assistant_forwards": assistant_forwards[0],
     }
+
+
+def _is_int(value: Any) -> bool:
+    """An integer; a bool (a Python int) is not one."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+@contextlib.contextmanager
+def _count_forwards(model: torch.nn.Module | None) -> Iterator[list[int]]:
+    """``[n]``: the forward calls of `model` inside the block (a forward hook; none for None)."""
+    count = [0]
+    if model is None:
+        yield count
+        return
+
+    def hook(*_: Any) -> None:
+        count[0] += 1
+
+    handle = model.register_forward_hook(hook)
+    try:
+        yield count
+    finally:
+        handle.remove()
+
+
+@contextlib.contextmanager
+def _assistant_tokens(assistant: PreTrainedModel | None, k: int | None) -> Iterator[None]:
+    """Inside the block `assistant` drafts exactly `k` tokens per forward (a constant schedule,
+    no confidence cut-off; transformers reads these from the assistant's generation config);
+    its own config is restored after."""
+    if assistant is None or k is None:
+        yield
+        return
+    original = assistant.generation_config
+    config = copy.deepcopy(original)
+    config.num_assistant_tokens = k
+    config.num_assistant_tokens_schedule = "constant"
+    config.assistant_confidence_threshold = 0.0
+    assistant.generation_config = config
+    try:
+        yield
+    finally:
+        assistant.generation_config = original
 
 
 def hf_generate_batch(

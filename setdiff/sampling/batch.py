@@ -35,7 +35,7 @@ from setdiff.sampling.loop import (
     check_cache_size,
     check_lengths,
 )
-from setdiff.sampling.policies import DecodeContext, DecodeOptions, DecodePolicy
+from setdiff.sampling.policies import ARPolicy, DecodeContext, DecodeOptions, DecodePolicy
 from setdiff.sampling.state import DecodeState, Plan
 
 if TYPE_CHECKING:
@@ -107,6 +107,11 @@ def generate_batch(
         raise ValueError(f"suffixes must hold one entry per prompt ({B}), got {len(suffix_rows)}")
     stops, strings = _as_stops(stop_ids, stop_strings, vocab_size, paradigm.mask_id, tokenizer)
     policy = paradigm.decode_policy(dict(policy_options))
+    if isinstance(policy, ARPolicy) and policy.speculative:
+        raise ValueError(
+            "draft_tokens: speculative decoding with a draft model is batch size 1 only: use "
+            "generate(model, prompt, draft=..., draft_tokens=k)"
+        )
     lanes, capacities, needs = [], [], []
     for i in range(B):
         prompt = _as_ids(prompts[i], f"prompts[{i}]", vocab_size, paradigm.mask_id)

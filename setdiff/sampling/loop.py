@@ -22,8 +22,15 @@ from typing import TYPE_CHECKING, Any, Protocol, Unpack, runtime_checkable
 import torch
 
 from setdiff.kv_cache import KVCache, StaticKVCache
+from setdiff.sampling.draft_model import DraftModel
 from setdiff.sampling.inputs import forward_inputs
-from setdiff.sampling.policies import DecodeContext, DecodeOptions, DecodePolicy, SetPolicy
+from setdiff.sampling.policies import (
+    ARPolicy,
+    DecodeContext,
+    DecodeOptions,
+    DecodePolicy,
+    SetPolicy,
+)
 from setdiff.sampling.state import DecodeState, Plan
 from setdiff.sampling.static import STATIC_BUCKET, StaticStep
 
@@ -66,7 +73,12 @@ class GenerateResult:
     logits: list[torch.Tensor] | None = None
     """With ``trace_logits=True``: each forward's logits for its committed then queried rows."""
     drafts: tuple[int, int] = (0, 0)
-    """With ``verify=True``: drafts checked and drafts accepted (the acceptance rate's terms)."""
+    """With ``verify=True`` or a ``draft`` model: drafts checked and drafts accepted (the
+    acceptance rate's terms)."""
+    draft_nfe: int = 0
+    """With a ``draft`` model: its forward calls (`nfe` counts the main model's only)."""
+    draft_seconds: float = 0.0
+    """With a ``draft`` model: wall time inside its forward calls."""
 
 
 def generate(
@@ -83,6 +95,7 @@ def generate(
     cache_size: int | None = None,
     trace_logits: bool = False,
     compile_step: bool = False,
+    draft: Decodable | Transformer | None = None,
     **policy_options: Unpack[DecodeOptions],
 ) -> GenerateResult:
     """Decode `max_new_tokens` slots after `prompt_ids` with the paradigm's sampler.
@@ -108,6 +121,11 @@ def generate(
             `setdiff.sampling.static`. Needs the KV cache. The first call for a model, step
             size and cache bucket compiles (seconds); the logits equal the eager ones up to
             float rounding.
+        draft: speculative decoding of an ar `model`: a small ar model (a `Decodable`, or a
+            `Transformer` taken to be ar) of the same vocabulary proposes ``draft_tokens`` (k)
+            tokens greedily (with its own KV cache), and each forward of `model` checks them:
+            the output is exactly the greedy decode, in fewer forwards of `model` when drafts
+            agree (`setdiff.sampling.verify`). Greedy only; needs ``draft_tokens=k``.
         **policy_options: the paradigm's decode options (`DecodeOptions`), e.g. ``window``,
             ``threshold`` (a float or "off"), ``temperature``, ``top_p``, ``verify`` (see
             `setdiff.sampling.policies`); parsed once, into the paradigm's policy.
@@ -125,7 +143,12 @@ def generate(
     max_new_tokens, seed = _as_int(max_new_tokens, "max_new_tokens"), _as_int(seed, "seed")
     stops, strings = _as_stops(stop_ids, stop_strings, vocab_size, mask_id, tokenizer)
     total = check_lengths(net, paradigm, prompt, suffix, max_new_tokens)
+    draft_net = None if draft is None else _draft_net(draft, net, paradigm, total)
     policy = paradigm.decode_policy(dict(policy_options))
+    if draft_net is not None and not policy.speculative:
+        raise ValueError("draft needs draft_tokens=k >= 1: the tokens it proposes per forward")
+    if draft_net is None and isinstance(policy, ARPolicy) and policy.speculative:
+        raise ValueError("draft_tokens needs draft=: a small ar model of the same vocabulary")
     need = check_cache_size(policy, prompt, suffix, max_new_tokens, cache_size)
     use_cache = use_cache and policy.uses_cache
     if compile_step and not use_cache:
@@ -136,7 +159,10 @@ def generate(
         )
     state = DecodeState.new(prompt, max_new_tokens, suffix, paradigm.mask_id)
     generator = torch.Generator().manual_seed(seed)
-    ctx = DecodeContext(mask_id=paradigm.mask_id, generator=generator, n_new=max_new_tokens)
+    drafter = None if draft_net is None else DraftModel(draft_net, total, paradigm.mask_id)
+    ctx = DecodeContext(
+        mask_id=paradigm.mask_id, generator=generator, n_new=max_new_tokens, drafter=drafter
+    )
     cache, step = None, None
     if compile_step:
         n_step = policy.max_step(max_new_tokens)
@@ -173,7 +199,7 @@ def _run(
         if trace_logits:
             traced.append(logits.cpu())
         positions, n_rejected = policy.advance(state, plan, logits.cpu(), ctx)
-        if n_rejected and cache is not None:  # verify's rejected drafts: as if never committed
+        if n_rejected and cache is not None:  # rejected drafts: as if never committed
             cache.crop(cache.length - n_rejected)
         if positions.numel():
             steps.append(positions.tolist())
@@ -189,6 +215,8 @@ def _run(
         cache_length=cache.length if cache is not None else 0,
         logits=traced if trace_logits else None,
         drafts=(state.drafts_checked, state.drafts_accepted),
+        draft_nfe=ctx.drafter.nfe if isinstance(ctx.drafter, DraftModel) else 0,
+        draft_seconds=ctx.drafter.seconds if isinstance(ctx.drafter, DraftModel) else 0.0,
     )
 
 
@@ -294,12 +322,41 @@ def check_cache_size(
             f"cache_size={cache_size} cannot hold one forward of this decode ({need} inputs)"
         )
     total = len(prompt) + max_new_tokens + len(suffix)
-    if isinstance(policy, SetPolicy) and policy.verify and (cache_size or total) < total:
+    if policy.speculative and (cache_size or total) < total:
+        what = "verify" if isinstance(policy, SetPolicy) else "speculative decoding (draft)"
         raise ValueError(
-            f"verify needs cache_size >= {total} (the whole decode), got {cache_size}: "
+            f"{what} needs cache_size >= {total} (the whole decode), got {cache_size}: "
             "entries dropped from the left would change the decode"
         )
     return need
+
+
+def _draft_net(
+    draft: Decodable | Transformer, net: Transformer, paradigm: Paradigm, total: int
+) -> Transformer:
+    """The backbone of a valid `draft` model for `net` (an ar model of the same vocabulary)."""
+    if paradigm.config.name != "ar":
+        raise ValueError(
+            f"draft (speculative decoding) needs an ar model, got a {paradigm.config.name} model"
+            + (" (its own drafts: verify=True)" if paradigm.config.name == "setdlm" else "")
+        )
+    if isinstance(draft, Decodable):
+        if draft.paradigm.config.name != "ar":
+            raise ValueError(f"draft must be an ar model, got a {draft.paradigm.config.name} model")
+        draft = draft.net
+    if not isinstance(draft, torch.nn.Module) or not hasattr(draft, "config"):
+        raise ValueError(f"draft must be a LoadedModel or Transformer, got {type(draft).__name__}")
+    if draft.config.vocab_size != net.config.vocab_size:
+        raise ValueError(
+            f"draft has vocab_size {draft.config.vocab_size}, the model "
+            f"{net.config.vocab_size}: a draft model must share the model's vocabulary"
+        )
+    if draft.config.max_seq_len < total:
+        raise ValueError(
+            f"draft: its max_seq_len={draft.config.max_seq_len} cannot hold this decode ({total} "
+            "tokens)"
+        )
+    return draft
 
 
 class Stopper:

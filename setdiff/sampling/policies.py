@@ -9,6 +9,9 @@ frozen record of its options with these methods:
 
 Policies:
 - `ARPolicy`: next-token decoding; each forward commits the previous token and predicts the next.
+  ``draft_tokens=k`` (with ``generate(..., draft=model)``): speculative decoding, exactly the
+  greedy decode; a draft model proposes k tokens, each forward checks them
+  (`setdiff.sampling.verify`).
 - `SetPolicy` (setdlm): a sliding window of W masked positions from the leftmost undecoded one
   (the first forward also prefills the given tokens, as AR's first forward does); accept the
   most confident plus every one with confidence >= tau;
@@ -32,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, Protocol, TypedDict
 
 import torch
 
@@ -43,11 +46,21 @@ from setdiff.sampling.state import DecodeState, Plan
 from setdiff.sampling.verify import advance as verify_advance
 
 
+class Drafter(Protocol):
+    """A draft model (`setdiff.sampling.draft_model.DraftModel`)."""
+
+    def propose(self, prefix: torch.Tensor, n: int) -> torch.Tensor:
+        """(n,) draft tokens after `prefix`, the verified tokens of positions 0.."""
+        ...
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class DecodeContext:
     mask_id: int
     generator: torch.Generator
     n_new: int
+    drafter: Drafter | None = None
+    """Speculative AR decoding (``ARPolicy(draft_tokens=k)``): the draft model."""
 
 
 class DecodeOptions(TypedDict, total=False):
@@ -61,6 +74,7 @@ class DecodeOptions(TypedDict, total=False):
     order: Literal["random", "confidence"]
     chunk_size: int
     verify: bool
+    draft_tokens: int
 
 
 def _is_number(value: Any) -> bool:
@@ -115,6 +129,9 @@ class _Options:
     """
 
     uses_cache: bool = True
+    speculative: bool = False
+    """Drafts checked against the greedy decode (set as a property by the policies that can):
+    exactly that decode, if its cache drops nothing (`setdiff.sampling.verify`)."""
     shift: bool = False
     """Shifted queries (fixed by the trained model): the query of position p is fed at p - 1
     with the token there (see `setdiff.sampling.inputs`)."""
@@ -150,22 +167,55 @@ class _Options:
 class ARPolicy(_Options):
     temperature: float = 0.0
     top_p: float = 1.0
+    draft_tokens: int = 0
+    """k: speculative decoding, the tokens a draft model (``generate(..., draft=model)``)
+    proposes per forward; each forward checks them, so the output is exactly the greedy decode.
+    0 = off."""
 
     def __post_init__(self) -> None:
         _check_sampling(self.temperature, self.top_p)
+        check(
+            _is_int(self.draft_tokens) and self.draft_tokens >= 0,
+            f"draft_tokens must be an int >= 0, got {self.draft_tokens!r}",
+        )
+        if self.draft_tokens:
+            check(
+                self.temperature == 0,
+                "speculative decoding (draft_tokens) is greedy: temperature must be 0, "
+                f"got {self.temperature}",
+            )
+
+    @property
+    def speculative(self) -> bool:  # type: ignore[override]
+        return self.draft_tokens > 0
 
     def max_forward(self, n_given: int, n_new: int) -> int:
-        return max(n_given, 1)
+        return max(n_given, self.max_step(n_new))
 
     def max_step(self, n_new: int) -> int:
-        return 1
+        return 1 + min(self.draft_tokens, n_new)  # the last verified token, then the drafts
 
     def plan(self, state: DecodeState) -> Plan | None:
-        if not state.has_masks:
+        if not (state.has_masks or state.drafts):  # drafts are still to be checked
             return None
         commit = state.uncommitted_decoded()
         check(commit.numel() > 0, "ar decoding needs a non-empty prompt")
         return _causal_plan(state, commit, torch.empty(0, dtype=torch.long))
+
+    def advance(
+        self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
+    ) -> tuple[torch.Tensor, int]:
+        if not self.draft_tokens:
+            return _Options.advance(self, state, plan, logits, ctx)
+        drafter = ctx.drafter
+        if drafter is None:
+            raise ValueError("draft_tokens needs a draft model: generate(..., draft=model)")
+
+        def propose(state: DecodeState) -> torch.Tensor:
+            end = state.verified_end()
+            return drafter.propose(state.canvas[:end], min(self.draft_tokens, state.gen_end - end))
+
+        return verify_advance(state, plan, logits, ctx.mask_id, propose)
 
     def select(
         self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
@@ -221,6 +271,10 @@ class SetPolicy(_Options):
                 f"window W={self.window} exceeds the trained order window s_max="
                 f"{self.max_window} (use W <= 2D, or window='all' for any-order decoding)",
             )
+
+    @property
+    def speculative(self) -> bool:  # type: ignore[override]
+        return self.verify
 
     def max_forward(self, n_given: int, n_new: int) -> int:
         window = n_new if self.window == "all" else min(self.window, n_new)

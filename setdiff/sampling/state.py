@@ -33,8 +33,8 @@ class DecodeState:
     group_of: torch.Tensor  # (S,) their groups
     n_committed: int = 0
     drafts: int = 0
-    """Self-speculative decoding (``verify=True``): the decoded positions just left of the
-    frontier that are unverified drafts (see `setdiff.sampling.verify`)."""
+    """Speculative decoding (``verify=True``, or an AR draft model): the decoded positions just
+    left of the frontier that are unverified drafts (see `setdiff.sampling.verify`)."""
     drafts_checked: int = 0
     """Drafts a forward has checked so far; ``drafts_accepted`` of them agreed."""
     drafts_accepted: int = 0

@@ -1,5 +1,12 @@
-"""Self-speculative set decoding (``SetPolicy(verify=True)``): drafts from the set queries,
-checked by the model's own left-to-right greedy predictions; exactly the W = 1 greedy decode.
+"""Speculative decoding, lossless w.r.t. left-to-right greedy decoding: drafts checked by the
+model's own left-to-right greedy predictions. Two draft sources feed the one accept rule here:
+- self-speculative set decoding (``SetPolicy(verify=True)``): drafts from the set queries;
+  exactly the W = 1 greedy decode;
+- speculative AR decoding (``ARPolicy(draft_tokens=k)``, ``generate(..., draft=model)``): drafts
+  from a small AR draft model (``propose``); exactly the AR greedy decode. Without queries, a
+  committed row's logits are its AR prediction, and every forward commits [last verified,
+  drafts...] causally, so the rule below reads the same rows (the last committed one when there
+  are no drafts, e.g. the prefill); the draft model proposes after every forward, rejected or not.
 
 With shifted queries a committed row at position q sees exactly the causal prefix up to q, so its
 logits are the left-to-right prediction of q + 1: the computation of the W = 1 query of q + 1.
@@ -19,6 +26,8 @@ infilling suffix, committed after it; the query does). Every forward verifies >=
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from setdiff.sampling.logits import choose_tokens
@@ -34,17 +43,25 @@ def draft(
 
 
 def advance(
-    state: DecodeState, plan: Plan, logits: torch.Tensor, mask_id: int
+    state: DecodeState,
+    plan: Plan,
+    logits: torch.Tensor,
+    mask_id: int,
+    propose: Callable[[DecodeState], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, int]:
     """Apply one forward (rows: `plan`'s committed tokens, then its queries) to `state`.
 
+    `propose(state)`: the next drafts, for the positions from ``state.verified_end()`` on (an
+    external draft model; called after every forward); None = the queries draft.
     Returns the positions it verified, in order, and how many of its commits were rejected
     (un-committed here; the caller drops that many entries from the end of its cache)."""
     n_draft, n_commit = state.drafts, plan.commit.numel()
     start = state.verified_end()  # the first draft; start - 1 is verified, committed just now
     targets = torch.arange(start, min(start + n_draft + 1, state.gen_end))
-    # Row of position q (predicting q + 1): the commit is [last verified, drafts...].
-    rows = torch.arange(len(targets)) + (n_commit - n_draft - 1 if n_draft else n_commit)
+    # Row of position q (predicting q + 1): the commit is [last verified, drafts...]; without
+    # drafts the frontier's query, or (no queries: AR) the last committed row.
+    first = n_commit - n_draft - 1 if n_draft or not plan.queries.numel() else n_commit
+    rows = torch.arange(len(targets)) + first
     greedy = choose_tokens(logits[rows], mask_id=mask_id)[0]
     agree = (greedy[:n_draft] == state.canvas[start : start + n_draft]).cumprod(0)
     n_ok = int(agree.sum())
@@ -58,11 +75,16 @@ def advance(
         state.canvas[r + 1 : start + n_draft] = mask_id
         state.is_masked[r + 1 : start + n_draft] = True
         state.uncommit(n_drop)
-        return verified, n_drop
-    if n_ok < len(targets):  # the bonus: the prediction after the last draft
+    elif n_ok < len(targets):  # the bonus: the prediction after the last draft
         state.accept(targets[n_ok:], greedy[n_ok:])
-    m = plan.queries.numel()
-    if m > 1:  # the first query is the bonus position; the others draft
-        state.accept(plan.queries[1:], draft(state, plan.queries[1:], logits[-(m - 1) :], mask_id))
-        state.drafts = m - 1
-    return verified, 0
+    if propose is not None:  # the draft model, on the verified prefix
+        tokens = propose(state)
+        positions = torch.arange(tokens.numel()) + state.verified_end()
+    elif n_ok == n_draft and plan.queries.numel() > 1:  # the first query is the bonus position
+        positions = plan.queries[1:]
+        tokens = draft(state, positions, logits[-positions.numel() :], mask_id)
+    else:  # this forward's queries saw a rejected draft
+        return verified, n_draft - n_ok
+    state.accept(positions, tokens)
+    state.drafts = tokens.numel()
+    return verified, n_draft - n_ok

@@ -1,0 +1,66 @@
+"""The draft model of speculative AR decoding (``generate(ar_model, ..., draft=small_ar_model,
+draft_tokens=k)``): a small AR model with its own KV cache that proposes k greedy tokens after
+the verified prefix; the main model checks them in one forward (`setdiff.sampling.verify`).
+
+Its cache holds the K/V of the tokens it was fed, positions 0.. in order. Before each proposal
+it keeps the longest prefix of them that the verified prefix still starts with (the accepted
+drafts) and feeds the rest (the corrected or bonus token): the rejected drafts' K/V are
+dropped, as the main model's are.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import torch
+
+from setdiff.kv_cache import KVCache
+from setdiff.sampling.logits import choose_tokens
+
+if TYPE_CHECKING:
+    from setdiff.model import Transformer
+
+
+class DraftModel:
+    """Greedy proposals of an AR backbone `net` over a cache of `capacity` entries (the whole
+    decode: nothing is dropped from the left)."""
+
+    def __init__(self, net: Transformer, capacity: int, mask_id: int) -> None:
+        self.net, self.mask_id = net, mask_id
+        self.device = next(net.parameters()).device
+        self.cache = KVCache.for_model(net, capacity)
+        self.fed = torch.empty(0, dtype=torch.long)  # the tokens whose K/V the cache holds
+        self.nfe = 0
+        """Draft-model forward calls so far."""
+        self.seconds = 0.0
+        """Wall time inside them."""
+
+    def propose(self, prefix: torch.Tensor, n: int) -> torch.Tensor:
+        """(n,) greedy tokens after `prefix` (the verified tokens of positions 0..)."""
+        if n <= 0:
+            return torch.empty(0, dtype=torch.long)
+        keep = min(self.fed.numel(), prefix.numel() - 1)  # feed >= 1 token: its row predicts
+        keep = int((self.fed[:keep] == prefix[:keep]).cumprod(0).sum())
+        self.cache.crop(keep)
+        feed, out = prefix[keep:], []
+        for _ in range(n):
+            feed = self._next(feed)
+            out.append(feed)
+        self.fed = torch.cat([prefix, *out[:-1]])
+        return torch.cat(out)
+
+    def _next(self, feed: torch.Tensor) -> torch.Tensor:
+        """Feed `feed` after the cached tokens (causally); the greedy token after them, (1,)."""
+        tic = time.perf_counter()
+        n_cached, T = self.cache.length, feed.numel()
+        positions = torch.arange(n_cached, n_cached + T, device=self.device)
+        mask = None
+        if T > 1:
+            causal = torch.ones(T, n_cached + T, dtype=torch.bool, device=self.device)
+            mask = causal.tril(n_cached)
+        logits = self.net(feed[None].to(self.device), positions[None], mask, self.cache)[0, -1:]
+        self.cache.commit(positions)
+        self.nfe += 1
+        self.seconds += time.perf_counter() - tic
+        return choose_tokens(logits.cpu(), mask_id=self.mask_id)[0]
