@@ -29,6 +29,7 @@ from setdiff.tokenizer import TokenizerConfig, load_tokenizer, train_tokenizer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import build_tiny_model  # noqa: E402
+from decode_checks import assert_same_decode
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -156,16 +157,7 @@ def test_static_step(
     run = dict(draft=_drafts(net, make_tiny_model)[kind], draft_tokens=3, trace_logits=True)
     eager = _greedy(net, prompt, **run)
     compiled = _greedy(net, prompt, compile_step=True, **run)
-    assert (compiled.tokens, compiled.steps, compiled.nfe, compiled.drafts) == (
-        eager.tokens,
-        eager.steps,
-        eager.nfe,
-        eager.drafts,
-    )
-    assert compiled.cache_length == eager.cache_length
-    assert eager.logits is not None and compiled.logits is not None
-    for a, b in zip(eager.logits, compiled.logits, strict=True):
-        torch.testing.assert_close(b, a, rtol=0, atol=1e-5)
+    assert_same_decode(compiled, eager)
     assert compiled.tokens == _greedy(net, prompt).tokens
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from decode_checks import assert_same_decode
 
 from setdiff.model import Transformer
 from setdiff.paradigm import SetDLMConfig, make_paradigm
@@ -232,16 +233,7 @@ def _compiled_equals_eager(net: Transformer, prompt: list[int], window: int) -> 
     run = dict(max_new_tokens=N, paradigm=PARADIGM, window=window, verify=True, trace_logits=True)
     eager = generate(net, prompt, **run)
     compiled = generate(net, prompt, compile_step=True, **run)
-    assert (compiled.tokens, compiled.steps, compiled.nfe, compiled.drafts) == (
-        eager.tokens,
-        eager.steps,
-        eager.nfe,
-        eager.drafts,
-    )
-    assert compiled.cache_length == eager.cache_length
-    assert eager.logits is not None and compiled.logits is not None
-    for a, b in zip(eager.logits, compiled.logits, strict=True):
-        torch.testing.assert_close(b, a, rtol=0, atol=1e-5)
+    assert_same_decode(compiled, eager)
     assert compiled.tokens == _w1(net, prompt).tokens
     return compiled
 
