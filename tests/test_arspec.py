@@ -84,11 +84,7 @@ def _spec(net: Transformer, prompt: list[int], draft: Any, k: int, **kw: Any) ->
     run = dict(max_new_tokens=N, paradigm=AR, draft=draft, draft_tokens=k, trace_logits=True)
     a = generate(net, prompt, **run, **kw)
     b = generate(net, prompt, use_cache=False, **run, **kw)
-    assert (a.tokens, a.steps, a.nfe, a.drafts) == (b.tokens, b.steps, b.nfe, b.drafts)
-    assert a.logits is not None and b.logits is not None
-    for la, lb in zip(a.logits, b.logits, strict=True):
-        assert la.shape == lb.shape
-        assert (la - lb).abs().max().item() <= 1e-5
+    assert_same_decode(b, a, same_cache=False)
     decoded = [p for step in a.steps for p in step]  # each position once, left to right
     assert decoded == list(range(len(prompt), len(prompt) + len(decoded)))
     assert len(decoded) >= len(a.tokens)

@@ -44,11 +44,7 @@ def _verify(net: Transformer, prompt: list[int], window: int, **kw: Any) -> Gene
     run = dict(max_new_tokens=N, paradigm=PARADIGM, window=window, verify=True, trace_logits=True)
     a = generate(net, prompt, **run, **kw)
     b = generate(net, prompt, use_cache=False, **run, **kw)
-    assert (a.tokens, a.steps, a.nfe, a.drafts) == (b.tokens, b.steps, b.nfe, b.drafts)
-    assert a.logits is not None and b.logits is not None
-    for la, lb in zip(a.logits, b.logits, strict=True):
-        assert la.shape == lb.shape
-        assert (la - lb).abs().max().item() <= 1e-5
+    assert_same_decode(b, a, same_cache=False)
     decoded = sorted(p for step in a.steps for p in step)  # each position once
     assert decoded[: len(a.tokens)] == list(range(len(prompt), len(prompt) + len(a.tokens)))
     assert len(set(decoded)) == len(decoded)
