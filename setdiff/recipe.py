@@ -83,28 +83,34 @@ class BackboneStudyConfig:
 
 @frozen
 class SeedStudyConfig:
-    """``seeds``: the paradigms fine-tuned again from the task's AR model, once per training
-    seed, with the ``train.<task>`` recipe otherwise unchanged (the seed-variance study)."""
+    """``seeds``: the paradigms trained again once per training seed, with the ``train.<task>``
+    recipe otherwise unchanged (the seed-variance study). With ``ar`` listed, each seed trains
+    its own AR model and that seed's fine-tunes start from it (a different AR model is part of
+    what varies between machines); without it, every fine-tune starts from the run's AR model."""
 
-    paradigms: tuple[str, ...] = ("setdlm", "bd3lm")
-    """Diffusion paradigms retrained (each needs ``paradigm.<p>`` and ``decode.<p>``)."""
+    paradigms: tuple[str, ...] = ("ar", "mdlm", "bd3lm", "aogpt", "setdlm")
+    """Paradigms trained per seed (each needs ``paradigm.<p>`` and ``decode.<p>``)."""
     seeds: tuple[int, ...] = (1, 2)
     """Training seeds (`TrainConfig.seed`); the recipe's own seed is the main run's model."""
     steps: int | None = None
-    """Fine-tuning steps; None = the paradigm's own ``train.<task>`` recipe steps."""
+    """Training steps; None = the paradigm's own ``train.<task>`` recipe steps."""
     n_examples: int = 500
     """Test prompts decoded greedily per model (the first ones)."""
+    also_decode: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    """Per paradigm, decode options scored too on the same model (over ``decode.<p>``): the
+    run's headline configuration, so its comparison with AR can be checked on every seed."""
 
     def __post_init__(self) -> None:
-        diffusion = [p for p in PARADIGMS if p != "ar"]
-        bad = [p for p in self.paradigms if p not in diffusion]
-        check(not bad, f"paradigms: {bad} are not diffusion paradigms; use {diffusion}")
+        bad = [p for p in self.paradigms if p not in PARADIGMS]
+        check(not bad, f"paradigms: {bad} are not paradigms; use {sorted(PARADIGMS)}")
         check(len(self.paradigms) > 0, "paradigms must not be empty")
         check(len(set(self.paradigms)) == len(self.paradigms), "paradigms: duplicates")
         check(len(self.seeds) > 0, "seeds must not be empty")
         check(len(set(self.seeds)) == len(self.seeds), f"seeds: duplicates in {list(self.seeds)}")
         check(self.steps is None or self.steps >= 1, f"steps must be >= 1, got {self.steps}")
         check(self.n_examples >= 1, f"n_examples must be >= 1, got {self.n_examples}")
+        stray = sorted(set(self.also_decode) - set(self.paradigms))
+        check(not stray, f"also_decode: {stray} are not in paradigms {list(self.paradigms)}")
 
 
 SET_SIZE_KEYS = {"setdlm": "set_size", "bd3lm": "block_size"}

@@ -1,11 +1,12 @@
-"""Fine-tune a diffusion paradigm again from the task's AR model and score it: the cells of the
-seed-variance (``setdiff seeds``) and set-size (``setdiff setsize``) stages.
+"""Train a paradigm again and score it: the cells of the seed-variance (``setdiff seeds``) and
+set-size (``setdiff setsize``) stages.
 
 A `Cell` is one model: the ``train.<task>`` recipe of its paradigm with some fields replaced
 (the training seed, the steps), its ``paradigm.<p>`` config with some replaced (the set size),
-and its ``decode.<p>`` options. `run` trains it exactly as the train stage does (same starting
-weights, ``models/<task>/ar`` under the paper's recipe) and decodes the first test prompts
-greedily, as the evaluate stage does, recording exact-match accuracy. Two differences from the
+and its ``decode.<p>`` options. `run` trains it exactly as the train stage does (a diffusion
+paradigm from ``models/<task>/ar`` under the paper's recipe, or from the cell's own AR model;
+AR from the backbone's initial weights) and decodes the first test prompts greedily, as the
+evaluate stage does, recording exact-match accuracy and tokens per forward. Two differences from the
 train stage, neither of which changes the weights: no accuracy curve (``train.<task>.curve``
 decodes validation prompts between steps through its own generators) and no resumable
 checkpoint (a cell is minutes; a killed cell is retrained).
@@ -26,7 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from setdiff.artifacts import LoadedModel, write_json
+from setdiff.artifacts import WEIGHTS_FILE, LoadedModel, save_model_dir, write_json
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError, build, to_dict
 from setdiff.evaluate import SCORING_BATCH, answer_rows
@@ -72,6 +73,15 @@ class Cell:
     start: Path | None = None
     """A model directory of this paradigm to fine-tune from instead of `Data.source` (the AR
     model): the main run's model, continued at another set size."""
+    source: Path | None = None
+    """An AR model directory to fine-tune from instead of `Data.source`: the seed's own AR model
+    in the seeds study (a different AR model is part of what varies between machines)."""
+    keep: Path | None = None
+    """Where the trained model is also saved (a seed's AR model, the start of that seed's
+    fine-tunes); a stored row without this directory is recomputed."""
+    also_decode: Mapping[str, Any] | None = None
+    """Decode options scored too, on the same model (beside `decode`): e.g. the run's headline
+    configuration of the paradigm, ``{"verify": True, "window": 8}``."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -86,7 +96,9 @@ class Data:
     records: list[dict[str, Any]]
     net_config: ModelConfig
     source: Path | str | None
-    """The starting weights (`setdiff.initial.initial_source`)."""
+    """The starting weights of a fine-tune (`setdiff.initial.initial_source`)."""
+    pretrained: str | None = None
+    """The starting weights of an AR cell (``model.<task>.pretrained``, or None: random)."""
 
 
 def make_cell(
@@ -100,6 +112,9 @@ def make_cell(
     paradigm_config: Mapping[str, Any] | None = None,
     decode: Mapping[str, Any] | None = None,
     start: Path | None = None,
+    source: Path | None = None,
+    keep: Path | None = None,
+    also_decode: Mapping[str, Any] | None = None,
 ) -> Cell:
     """The recipe, ``paradigm.<p>`` config and ``decode.<p>`` options of `paradigm` with these
     fields replaced; every option checked (one line naming `where`) before any compute."""
@@ -111,11 +126,15 @@ def make_cell(
     else:
         options = preset.paradigm(paradigm)
     decoding = {**preset.decode(paradigm), **(decode or {})}
-    try:
-        make_paradigm(paradigm, options, mask_id=0).decode_policy(dict(decoding))
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"{preset.path}: {where}: decode.{paradigm}: {err}") from None
-    return Cell(name, paradigm, config, options, decoding, start)
+    extra = None if also_decode is None else {**decoding, **also_decode}
+    for label, options_ in (("decode", decoding), ("also_decode", extra)):
+        if options_ is None:
+            continue
+        try:
+            make_paradigm(paradigm, options, mask_id=0).decode_policy(dict(options_))
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"{preset.path}: {where}: {label}.{paradigm}: {err}") from None
+    return Cell(name, paradigm, config, options, decoding, start, source, keep, extra)
 
 
 def load_data(preset: Preset, layout: Layout, recipe: TaskTrainConfig, n_examples: int) -> Data:
@@ -137,6 +156,7 @@ def load_data(preset: Preset, layout: Layout, recipe: TaskTrainConfig, n_example
         records=read_records(layout.raw / "test.jsonl", layout.task)[:n_examples],
         net_config=model_spec.config(tokenizer.vocab_size, train_split.seq_len),
         source=source,
+        pretrained=model_spec.pretrained,
     )
 
 
@@ -158,20 +178,25 @@ def cached_run(out_dir: Path, cell: Cell, data: Data, inputs: dict[str, Any]) ->
         "decode": dict(cell.decode),
         **inputs,
     }
-    if cell.start is not None:
-        missing = f"{cell.start} has no trained model to start from"
-        spec["start"] = weights_sha256(cell.start, missing)
-    return cached(out_dir / f"{cell.name}.json", spec, lambda: run(cell, data))
+    for key, model_dir in (("start", cell.start), ("source", cell.source)):
+        if model_dir is not None:
+            spec[key] = weights_sha256(model_dir, f"{model_dir} has no trained model to start from")
+    if cell.also_decode is not None:
+        spec["also_decode"] = dict(cell.also_decode)
+    kept = cell.keep is None or (cell.keep / WEIGHTS_FILE).exists()
+    return cached(out_dir / f"{cell.name}.json", spec, lambda: run(cell, data), reuse=kept)
 
 
 def _digest(spec: Any) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def cached(path: Path, spec: dict[str, Any], compute: Callable[[], dict[str, Any]]) -> dict:
-    """The row stored at `path` when it was computed for this exact `spec`, else `compute()`,
-    written there at once (so a kill loses no finished row)."""
-    if path.exists():
+def cached(
+    path: Path, spec: dict[str, Any], compute: Callable[[], dict[str, Any]], *, reuse: bool = True
+) -> dict:
+    """The row stored at `path` when it was computed for this exact `spec` (and `reuse`), else
+    `compute()`, written there at once (so a kill loses no finished row)."""
+    if reuse and path.exists():
         stored = json.loads(path.read_text())
         if stored.get("spec_hash") == _digest(spec):
             log.info("%s already done (%s)", path.stem, path)
@@ -185,7 +210,12 @@ def run(cell: Cell, data: Data) -> dict[str, Any]:
     """Train one cell from the starting weights and score it on the test prompts."""
     tic = time.perf_counter()
     config = cell.train
-    start, kind = (data.source, "ar") if cell.start is None else (cell.start, cell.paradigm)
+    if cell.start is not None:
+        start, kind = cell.start, cell.paradigm
+    elif cell.paradigm == "ar":
+        start, kind = data.pretrained, "ar"
+    else:
+        start, kind = cell.source or data.source, "ar"
     net = initial_weights(
         data.net_config, config.seed, start, data.task, data.tokenizer_path, paradigm=kind
     )
@@ -197,11 +227,17 @@ def run(cell: Cell, data: Data) -> dict[str, Any]:
     )
     result = train(net, paradigm, data.train, data.valid, config)
     net.load_state_dict(result.weights)
+    if cell.keep is not None:
+        save_model_dir(cell.keep, net, paradigm, tokenizer_file=data.tokenizer_path)
     model = LoadedModel(net=net.eval(), paradigm=paradigm, tokenizer=data.tokenizer, path=Path())
+    also = {}
+    if cell.also_decode is not None:
+        also = {"also": {"decode": dict(cell.also_decode), **score(model, data, cell.also_decode)}}
     row = {
         "paradigm": cell.paradigm,
         "seed": config.seed,
         **score(model, data, cell.decode),
+        **also,
         "steps": result.steps,
         "final_eval_loss": result.final_eval_loss,
         "seconds": round(time.perf_counter() - tic, 1),
@@ -221,4 +257,9 @@ def score(model: LoadedModel, data: Data, decode: Mapping[str, Any]) -> dict[str
         show_progress=False,
         batch_size=SCORING_BATCH,
     )
-    return {"accuracy": sum(r["exact"] for r in scored) / len(scored), "n_examples": len(scored)}
+    return {
+        "accuracy": sum(r["exact"] for r in scored) / len(scored),
+        "n_examples": len(scored),
+        "tokens_per_forward": sum(r["new_tokens"] for r in scored)
+        / max(1, sum(r["nfe"] for r in scored)),
+    }

@@ -97,10 +97,56 @@ def test_two_seeds_their_summary_and_finished_cells_are_kept(
     assert trained == [1, 2, 3]
 
 
+def test_each_seed_trains_its_own_ar_and_its_fine_tunes_start_from_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``ar`` listed, a seed's AR model is trained, kept, and is where that seed's
+    fine-tunes start; the extra decode is scored on the same model."""
+    starts: list[tuple[str, Any]] = []
+    original = retrain.initial_weights
+
+    def spy(net_config, seed, init, task, tokenizer=None, *, paradigm="ar"):  # type: ignore[no-untyped-def]
+        starts.append((seed, None if init is None else Path(init).name))
+        return original(net_config, seed, init, task, tokenizer, paradigm=paradigm)
+
+    monkeypatch.setattr(retrain, "initial_weights", spy)
+    params = _copy(PARAMS)
+    params["train"]["arith"]["init_from_ar"] = True
+    params["seeds"].update(paradigms=["setdlm", "ar"], also_decode={"setdlm": {"window": 1}})
+    metrics = _run(tmp_path, params)
+    models = tmp_path / "results" / "seeds" / "arith" / "models"
+    assert starts == [(1, None), (1, "ar-1"), (2, None), (2, "ar-2")]
+    assert sorted(p.name for p in models.iterdir()) == ["ar-1", "ar-2"]
+    assert metrics["ar_per_seed"] is True
+    ar_1 = load_file(str(models / "ar-1" / "model.safetensors"))
+    ar_2 = load_file(str(models / "ar-2" / "model.safetensors"))
+    name = next(k for k in ar_1 if ar_1[k].is_floating_point())
+    assert not ar_1[name].equal(ar_2[name])
+    setdlm = metrics["paradigms"]["setdlm"]
+    assert setdlm["also"]["decode"]["window"] == 1 and setdlm["also"]["n"] == 2
+    assert all(t >= 1.0 for t in setdlm["tokens_per_forward"])
+    assert all(t == pytest.approx(1.0) for t in metrics["paradigms"]["ar"]["tokens_per_forward"])
+    assert setdlm["min"] <= setdlm["mean"] <= setdlm["max"]
+
+    # A seed's AR model deleted: that AR cell is retrained (same weights on one machine), so its
+    # fine-tunes keep their rows; a re-run with everything in place trains nothing.
+    starts.clear()
+    import shutil
+
+    shutil.rmtree(models / "ar-2")
+    assert _run(tmp_path, params) == metrics
+    assert starts == [(2, None)]
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda p: p["seeds"].update(paradigms=["ar"]), r"seeds.*paradigms.*not diffusion"),
+        (lambda p: p["seeds"].update(paradigms=["gpt"]), r"seeds.*paradigms.*not paradigms"),
+        (lambda p: p["seeds"].update(also_decode={"mdlm": {}}), r"seeds.*also_decode.*mdlm"),
+        (
+            lambda p: p["seeds"].update(also_decode={"setdlm": {"windw": 1}}),
+            r"also_decode\.setdlm.*windw",
+        ),
         (lambda p: p["seeds"].update(seeds=[]), r"seeds.*seeds must not be empty"),
         (lambda p: p["seeds"].update(seeds=[1, 1]), r"seeds.*seeds: duplicates"),
         (lambda p: p["seeds"].update(steps=0), r"seeds.*steps must be >= 1"),
@@ -206,3 +252,17 @@ def test_preset_validation_checks_the_seed_study(tmp_path: Path, edit: Any, mess
     path.write_text(yaml.safe_dump(params))
     with pytest.raises(ConfigError, match=message):
         validate(load_params(path))
+
+
+def test_seeds_preset_is_the_default_study_plus_the_seeds_section() -> None:
+    """params/seeds.yaml differs from params/default.yaml only in its name, `study.seeds` and the
+    `seeds` section, so its seed-0 models are the default run's."""
+    params = Path(__file__).resolve().parents[1] / "params"
+    default = yaml.safe_load((params / "default.yaml").read_text())
+    seeded = yaml.safe_load((params / "seeds.yaml").read_text())
+    section = seeded.pop("seeds")
+    assert seeded.pop("preset") == "seeds" and default.pop("preset") == "default"
+    assert seeded["study"].pop("seeds") == ["arith"] and default["study"].pop("seeds") == []
+    default.pop("seeds", None)
+    assert seeded == default
+    assert "ar" in section["paradigms"]

@@ -1,27 +1,31 @@
-"""DVC stage ``seeds``: the seed variance of the diffusion paradigms' accuracy, measured.
+"""DVC stage ``seeds``: the seed variance of every paradigm's accuracy, measured.
 
 ``setdiff seeds --task arith`` reads the ``seeds`` section (paradigms, training seeds, steps,
-test prompts), ``train.<task>``, ``paradigm.<p>``, ``decode.<p>`` and ``model.<task>``. For every
-(paradigm, seed) cell it trains that paradigm exactly as the train stage does (same starting
-weights, ``models/<task>/ar`` under the paper's recipe, same ``train.<task>`` recipe for the
-paradigm with only ``seed``, and ``steps`` when given, replaced; same ``paradigm.<p>``) and
-decodes the first ``n_examples`` test prompts greedily with ``decode.<p>``, as the evaluate stage
-does, recording exact-match accuracy.
+test prompts, extra decodes), ``train.<task>``, ``paradigm.<p>``, ``decode.<p>`` and
+``model.<task>``. For every (paradigm, seed) cell it trains that paradigm exactly as the train
+stage does (same ``train.<task>`` recipe with only ``seed``, and ``steps`` when given, replaced;
+same ``paradigm.<p>``) and decodes the first ``n_examples`` test prompts greedily with
+``decode.<p>``, as the evaluate stage does, recording exact-match accuracy and tokens per
+forward (and the same for ``also_decode.<p>``, e.g. the run's headline configuration).
+
+Where the fine-tunes start: with ``ar`` among the paradigms, each seed first trains its own AR
+model (kept in ``results/seeds/<task>/models/ar-<seed>``) and that seed's fine-tunes start from
+it, so a seed varies everything a second machine varies (the AR model included); without it,
+every fine-tune starts from the run's ``models/<task>/ar`` and the spread is the fine-tune's.
 
 What a training seed varies: `TrainConfig.seed` seeds the global torch RNG before the weights are
-built (`setdiff.initial.initial_weights`; it draws nothing when they are the AR model's) and the
-training generator, which draws every batch (the data order) and the paradigm's training noise
-(orders, masked positions, times); the held-out loss uses ``seed + 1``. The data, the AR model and
-the test prompts stay fixed, so the spread is training variance alone. The decode's own sampler
-seed stays at its default (greedy decoding draws nothing).
+built (`setdiff.initial.initial_weights`) and the training generator, which draws every batch
+(the data order) and the paradigm's training noise (orders, masked positions, times); the
+held-out loss uses ``seed + 1``. The data and the test prompts stay fixed. The decode's own
+sampler seed stays at its default (greedy decoding draws nothing).
 
 Cells are trained, scored and kept as `setdiff.retrain` does
 (``results/seeds/<task>/<paradigm>-<seed>.json``; a re-run skips every finished cell whose
-inputs are unchanged). ``metrics/seeds/<task>.json`` holds, per paradigm, the seeds and their
-accuracies, mean, sample standard deviation, and the binomial standard error of one run's
-accuracy at ``n_examples`` prompts (what the report's bootstrap CIs measure) for comparison. The
-main run's accuracy (the recipe's seed, ``metrics/evaluate/<task>/<p>.json``) is joined by
-the report.
+inputs are unchanged, a seed's AR model included). ``metrics/seeds/<task>.json`` holds, per
+paradigm, the seeds and their accuracies, mean, sample standard deviation, min and max, and the
+binomial standard error of one run's accuracy at ``n_examples`` prompts (what the report's
+bootstrap CIs measure) for comparison. The main run's accuracy (the recipe's seed,
+``metrics/evaluate/<task>/<p>.json``) is joined by the report.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from setdiff.train import TrainConfig
 
 
 def main(argv: list[str]) -> None:
-    args = parse_args(argv, "Seed variance: diffusion accuracy per training seed.", paradigm=False)
+    args = parse_args(argv, "Seed variance: every paradigm's accuracy per training seed.", paradigm=False)
     setup_logging()
     preset = load_preset(args.params)
     study = preset.section("seeds", SeedStudyConfig)
@@ -52,27 +56,35 @@ def main(argv: list[str]) -> None:
         )
     recipe: TaskTrainConfig = preset.section(f"train.{args.task}", TaskTrainConfig)
     steps = {} if study.steps is None else {"steps": study.steps}
-    cells = [
-        retrain.make_cell(
+    layout = Layout(args.root, args.task)
+    out_dir = Path(args.root) / "results" / "seeds" / args.task
+    own_ar = "ar" in study.paradigms and recipe.init_from_ar
+
+    def cell(paradigm: str, seed: int) -> retrain.Cell:
+        ar_dir = out_dir / "models" / f"ar-{seed}"
+        return retrain.make_cell(
             preset,
             recipe,
-            p,
-            name=f"{p}-{s}",
-            where=f"seeds (train.{args.task}, {p})",
-            train={"seed": s, **steps},
+            paradigm,
+            name=f"{paradigm}-{seed}",
+            where=f"seeds (train.{args.task}, {paradigm})",
+            train={"seed": seed, **steps},
+            keep=ar_dir if own_ar and paradigm == "ar" else None,
+            source=ar_dir if own_ar and paradigm != "ar" else None,
+            also_decode=study.also_decode.get(paradigm),
         )
-        for p in study.paradigms
-        for s in study.seeds
-    ]
-    layout = Layout(args.root, args.task)
+
+    # AR first: each seed's fine-tunes start from that seed's AR model.
+    order = sorted(study.paradigms, key=lambda p: p != "ar")
+    cells = [cell(p, s) for s in study.seeds for p in order]
     data = retrain.load_data(preset, layout, recipe, study.n_examples)
     inputs = retrain.input_hashes(data)
-    out_dir = Path(args.root) / "results" / "seeds" / args.task
-    rows = [retrain.cached_run(out_dir, cell, data, inputs) for cell in cells]
+    rows = [retrain.cached_run(out_dir, c, data, inputs) for c in cells]
     summary = {
         "task": args.task,
         "n_examples": len(data.records),
         "steps": study.steps,
+        "ar_per_seed": own_ar,
         "paradigms": {
             name: _summary(
                 [r for r in rows if r["paradigm"] == name],
@@ -86,17 +98,33 @@ def main(argv: list[str]) -> None:
 
 
 def _summary(rows: list[dict[str, Any]], n_examples: int, recipe: TrainConfig) -> dict[str, Any]:
-    """Mean and sample standard deviation over seeds, beside one run's binomial standard error."""
-    accuracies = [float(r["accuracy"]) for r in rows]
+    """Mean, sample standard deviation, min and max over seeds, beside one run's binomial
+    standard error; the same for the extra decode when there is one."""
+    summary = {
+        "seeds": [r["seed"] for r in rows],
+        **_spread([float(r["accuracy"]) for r in rows], n_examples),
+        "tokens_per_forward": [r.get("tokens_per_forward") for r in rows],
+        "steps": rows[0]["steps"],
+        "recipe_seed": recipe.seed,
+        "recipe_steps": recipe.steps,
+    }
+    if all("also" in r for r in rows):
+        summary["also"] = {
+            "decode": rows[0]["also"]["decode"],
+            **_spread([float(r["also"]["accuracy"]) for r in rows], n_examples),
+            "tokens_per_forward": [r["also"]["tokens_per_forward"] for r in rows],
+        }
+    return summary
+
+
+def _spread(accuracies: list[float], n_examples: int) -> dict[str, Any]:
     mean = statistics.fmean(accuracies)
     return {
-        "seeds": [r["seed"] for r in rows],
         "accuracies": accuracies,
         "n": len(accuracies),
         "mean": mean,
         "sd": statistics.stdev(accuracies) if len(accuracies) > 1 else None,
+        "min": min(accuracies),
+        "max": max(accuracies),
         "binomial_se": math.sqrt(mean * (1 - mean) / n_examples),
-        "steps": rows[0]["steps"],
-        "recipe_seed": recipe.seed,
-        "recipe_steps": recipe.steps,
     }
