@@ -96,6 +96,9 @@ class SeedStudyConfig:
     """Training steps; None = the paradigm's own ``train.<task>`` recipe steps."""
     n_examples: int = 500
     """Test prompts decoded greedily per model (the first ones)."""
+    threads: int | None = None
+    """Intra-op threads of every cell's training; None = each recipe's own. One lets two seeds
+    train side by side on 2 cores (two 2-thread jobs oversubscribe them)."""
     also_decode: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     """Per paradigm, decode options scored too on the same model (over ``decode.<p>``): the
     run's headline configuration, so its comparison with AR can be checked on every seed."""
@@ -109,6 +112,7 @@ class SeedStudyConfig:
         check(len(set(self.seeds)) == len(self.seeds), f"seeds: duplicates in {list(self.seeds)}")
         check(self.steps is None or self.steps >= 1, f"steps must be >= 1, got {self.steps}")
         check(self.n_examples >= 1, f"n_examples must be >= 1, got {self.n_examples}")
+        check(self.threads is None or self.threads >= 1, f"threads must be >= 1, got {self.threads}")
         stray = sorted(set(self.also_decode) - set(self.paradigms))
         check(not stray, f"also_decode: {stray} are not in paradigms {list(self.paradigms)}")
 

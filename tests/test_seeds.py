@@ -112,12 +112,14 @@ def test_each_seed_trains_its_own_ar_and_its_fine_tunes_start_from_it(
     monkeypatch.setattr(retrain, "initial_weights", spy)
     params = _copy(PARAMS)
     params["train"]["arith"]["init_from_ar"] = True
-    params["seeds"].update(paradigms=["setdlm", "ar"], also_decode={"setdlm": {"window": 1}})
+    params["seeds"].update(
+        paradigms=["setdlm", "ar"], also_decode={"setdlm": {"window": 1}}, threads=1
+    )
     metrics = _run(tmp_path, params)
     models = tmp_path / "results" / "seeds" / "arith" / "models"
     assert starts == [(1, None), (1, "ar-1"), (2, None), (2, "ar-2")]
     assert sorted(p.name for p in models.iterdir()) == ["ar-1", "ar-2"]
-    assert metrics["ar_per_seed"] is True
+    assert metrics["ar_per_seed"] is True and metrics["threads"] == 1
     ar_1 = load_file(str(models / "ar-1" / "model.safetensors"))
     ar_2 = load_file(str(models / "ar-2" / "model.safetensors"))
     name = next(k for k in ar_1 if ar_1[k].is_floating_point())
@@ -151,6 +153,7 @@ def test_each_seed_trains_its_own_ar_and_its_fine_tunes_start_from_it(
         (lambda p: p["seeds"].update(seeds=[1, 1]), r"seeds.*seeds: duplicates"),
         (lambda p: p["seeds"].update(steps=0), r"seeds.*steps must be >= 1"),
         (lambda p: p["seeds"].update(n_examples=0), r"seeds.*n_examples must be >= 1"),
+        (lambda p: p["seeds"].update(threads=0), r"seeds.*threads must be >= 1"),
         (lambda p: p["seeds"].update(seed=[1]), r"seeds.*seed"),
         (lambda p: p["decode"].update(setdlm={"windw": 2}), r"decode\.setdlm.*windw"),
     ],

@@ -57,6 +57,8 @@ def main(argv: list[str]) -> None:
         )
     recipe: TaskTrainConfig = preset.section(f"train.{args.task}", TaskTrainConfig)
     steps = {} if study.steps is None else {"steps": study.steps}
+    if study.threads is not None:
+        steps["threads"] = study.threads
     layout = Layout(args.root, args.task)
     out_dir = Path(args.root) / "results" / "seeds" / args.task
     own_ar = "ar" in study.paradigms and recipe.init_from_ar
@@ -87,6 +89,7 @@ def main(argv: list[str]) -> None:
         "task": args.task,
         "n_examples": len(data.records),
         "steps": study.steps,
+        "threads": study.threads,
         "ar_per_seed": own_ar,
         "paradigms": {
             name: _summary(
