@@ -5,6 +5,11 @@ Each directory is a run root holding ``results/`` and ``metrics/`` (and optional
 ``report.html`` and ``figures/*.png``: the two runs' provenance, a `dvc metrics diff`-style
 table over every ``metrics/**/*.json`` number, accuracy and tokens/s per configuration in both
 runs, and the trade-off and training figures with both runs overlaid (A solid, B dashed).
+
+When A holds a seeds study (``metrics/seeds/<task>.json``), each paradigm's accuracy in B is
+checked against A's seed spread (the seeds' accuracies and A's own, min to max): a value outside
+it is flagged in the table and logged, so a second machine's run says at once which of its
+numbers differ by more than training variance explains.
 """
 
 from __future__ import annotations
@@ -96,6 +101,40 @@ def compare_items(metrics_diff: pd.DataFrame, labels: tuple[str, str]) -> tuple[
     )
 
 
+def seed_spread_table(a: pd.DataFrame, b: pd.DataFrame, seeds: pd.DataFrame) -> pd.DataFrame:
+    """Per (task, paradigm) of A's seeds study: A's and B's test accuracy, A's seed range (its
+    seeds and its own run), and whether B's accuracy lies outside it.
+
+    Args:
+        a, b: `load.flatten_metrics` frames of the reference run A and the compared run B.
+        seeds: `load.Run.seeds` of A (one row per task and paradigm, with ``accuracies``).
+    """
+
+    def accuracy(frame: pd.DataFrame, task: str, paradigm: str) -> float | None:
+        path = f"metrics/evaluate/{task}/{paradigm}.json"
+        hit = frame[(frame["path"] == path) & (frame["key"] == "accuracy")]["value"]
+        return float(hit.iloc[0]) if len(hit) else None
+
+    rows = []
+    for row in seeds.itertuples(index=False):
+        own = accuracy(a, row.task, row.paradigm)
+        spread = [float(x) for x in row.accuracies] + ([] if own is None else [own])
+        low, high = min(spread), max(spread)
+        other = accuracy(b, row.task, row.paradigm)
+        outside = None if other is None else not (low - 1e-9 <= other <= high + 1e-9)
+        rows.append(
+            {
+                "task": row.task,
+                "paradigm": row.paradigm,
+                "A": tables.fmt(own, ".3f"),
+                "B": tables.fmt(other, ".3f"),
+                "A's seed range": f"{low:.3f}–{high:.3f} ({len(spread)} runs)",
+                "B outside it": {None: "–", True: "**yes**", False: "no"}[outside],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def runs_table(runs: Sequence[Derived], labels: Sequence[str]) -> pd.DataFrame:
     """Provenance of both runs side by side."""
 
@@ -128,6 +167,16 @@ def compare(
         same = f"all {max(len(m) for m in metrics)} metrics are equal in both runs"
         diff = pd.DataFrame({"path": ["(all)"], "metric": [same]})
     merged = merge(runs, labels)
+    spread = (
+        seed_spread_table(*metrics, runs[0].run.seeds)
+        if not runs[0].run.seeds.empty
+        else pd.DataFrame()
+    )
+    for _, row in spread[spread["B outside it"] == "**yes**"].iterrows() if len(spread) else ():
+        log.warning(
+            "%s %s: %s's accuracy %s is outside %s's seed range %s",
+            *(row["task"], row["paradigm"], labels[1], row["B"], labels[0], row["A's seed range"]),
+        )
     made = make_items(merged, compare_items(diff, labels))
     png = png_writer(out / "figures")
     blocks: list[Block] = [
@@ -135,6 +184,18 @@ def compare(
         Text(f"Built {report_date()}. {labels[0]} is drawn solid, {labels[1]} dashed."),
         Heading("Runs"),
         Table(runs_table(runs, labels)),
+        *(
+            [
+                Heading("Against the seed spread"),
+                Text(
+                    f"{labels[1]}'s test accuracy beside {labels[0]}'s seed range (its seeds "
+                    "study and its own run): outside it is more than training variance."
+                ),
+                Table(spread.rename(columns={"A": labels[0], "B": labels[1]})),
+            ]
+            if len(spread)
+            else []
+        ),
         *missing_blocks(merged.run, made),
     ]
     for section in dict.fromkeys(m.item.section for m in made):

@@ -112,7 +112,9 @@ class SeedStudyConfig:
         check(len(set(self.seeds)) == len(self.seeds), f"seeds: duplicates in {list(self.seeds)}")
         check(self.steps is None or self.steps >= 1, f"steps must be >= 1, got {self.steps}")
         check(self.n_examples >= 1, f"n_examples must be >= 1, got {self.n_examples}")
-        check(self.threads is None or self.threads >= 1, f"threads must be >= 1, got {self.threads}")
+        check(
+            self.threads is None or self.threads >= 1, f"threads must be >= 1, got {self.threads}"
+        )
         stray = sorted(set(self.also_decode) - set(self.paradigms))
         check(not stray, f"also_decode: {stray} are not in paradigms {list(self.paradigms)}")
 

@@ -28,7 +28,7 @@ from PIL import Image
 
 from reports import analysis, figures, findings, items, study, tables
 from reports.build import build, main
-from reports.compare import compare, merge
+from reports.compare import compare, merge, seed_spread_table
 from reports.items import ITEMS, Derived, ablation_knobs, derive, make_items
 from reports.load import flatten_metrics, load_run
 from reports.style import PARADIGM_COLORS, set_theme
@@ -1151,6 +1151,53 @@ def test_compare_overlays_two_runs(tmp_path: Path) -> None:
     fronts = _by_gid(ax.lines, "frontier:arith:")
     assert fronts["setdlm (a)"].get_linestyle() != fronts["setdlm (b)"].get_linestyle()
     assert set(_legend(ax)) >= {f"{p} ({r})" for p in PARADIGMS for r in "ab"}
+
+
+def test_compare_flags_accuracies_outside_the_reference_seed_spread(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """B's accuracy is checked against A's seeds and A's own run, min to max, inclusive."""
+
+    def frame(values: dict[str, float]) -> pd.DataFrame:
+        rows = [(f"metrics/evaluate/arith/{p}.json", "accuracy", v) for p, v in values.items()]
+        return pd.DataFrame(rows, columns=["path", "key", "value"])
+
+    a = frame({"setdlm": 0.90, "bd3lm": 0.86, "mdlm": 0.66})
+    b = frame({"setdlm": 0.91, "bd3lm": 0.938, "mdlm": 0.66})
+    seeds = pd.DataFrame(
+        {
+            "task": ["arith"] * 3,
+            "paradigm": ["setdlm", "bd3lm", "mdlm"],
+            "accuracies": [[0.88, 0.92], [0.85, 0.87], [0.60, 0.62]],
+        }
+    )
+    table = seed_spread_table(a, b, seeds).set_index("paradigm")
+    assert table.loc["setdlm", "B outside it"] == "no"  # inside 0.88-0.92
+    assert table.loc["bd3lm", "B outside it"] == "**yes**"  # above 0.85-0.87
+    assert table.loc["mdlm", "B outside it"] == "no"  # the boundary (A's own run) is inside
+    assert table.loc["bd3lm", "A's seed range"] == "0.850–0.870 (3 runs)"
+    missing = seed_spread_table(a, frame({}), seeds).set_index("paradigm")
+    assert set(missing["B outside it"]) == {"–"}
+
+    # In the comparison report: the section, and one log line per flagged paradigm.
+    run_a = write_run(tmp_path / "a", seed=0, preset="smoke")
+    run_b = write_run(tmp_path / "b", seed=1, speed=0.5, preset="default")
+    for run, value in ((run_a, 0.90), (run_b, 0.95)):
+        path = run / "metrics/evaluate/arith/setdlm.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "accuracy": value}))
+    seeds_file = run_a / "metrics" / "seeds" / "arith.json"
+    seeds_file.parent.mkdir(parents=True, exist_ok=True)
+    row = {"seeds": [1, 2], "accuracies": [0.88, 0.91], "n": 2, "mean": 0.895}
+    seeds_file.write_text(json.dumps({"task": "arith", "paradigms": {"setdlm": row}}))
+    with caplog.at_level("WARNING", logger="reports.compare"):
+        compare(run_a, run_b, tmp_path / "cmp")
+    md = (tmp_path / "cmp" / "report.md").read_text()
+    assert "## Against the seed spread" in md
+    assert "| arith | setdlm | 0.900 | 0.950 | 0.880–0.910 (3 runs) | **yes** |" in md
+    flagged = [r.message for r in caplog.records if "outside" in r.message]
+    assert flagged == [
+        "arith setdlm: b's accuracy 0.950 is outside a's seed range 0.880–0.910 (3 runs)"
+    ]
 
 
 CHECK_IMAGES = """<script>

@@ -47,7 +47,9 @@ from setdiff.train import TrainConfig
 
 
 def main(argv: list[str]) -> None:
-    args = parse_args(argv, "Seed variance: every paradigm's accuracy per training seed.", paradigm=False)
+    args = parse_args(
+        argv, "Seed variance: every paradigm's accuracy per training seed.", paradigm=False
+    )
     setup_logging()
     preset = load_preset(args.params)
     study = preset.section("seeds", SeedStudyConfig)
