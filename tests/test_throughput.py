@@ -182,6 +182,43 @@ def test_bench_stage_writes_the_throughput_sweep(tmp_path: Path) -> None:
     assert [(f["identical_to_batch1"], f["n_examples"]) for f in out["figures"]] == [(True, 5)] * 4
 
 
+def test_transformers_batched_ar_runs_side_by_side_and_decodes_our_ar_tokens(
+    tmp_path: Path,
+) -> None:
+    params = json.loads(json.dumps(STAGE_PARAMS))
+    params["bench"]["run"]["throughput"]["transformers"] = True
+    root = _repo(tmp_path, params)
+    _run(bench, root)
+    out = json.loads((root / "results/throughput/arith.json").read_text())
+    hf = [f for f in out["figures"] if f["method"] == "ar transformers"]
+    assert [f["batch_size"] for f in hf] == [1, 4]
+    # the same greedy tokens as our AR on every row, at every batch size
+    assert [f["identical_rows"]["ar default"] for f in hf] == [5, 5]
+    assert all(f["tokens_per_forward"] == pytest.approx(1.0) for f in hf)
+    best = out["against_best_ar"]["setdlm threshold=0.5"]
+    assert set(best["best_ar"].values()) <= {"ar default", "ar transformers"}
+    assert set(best["crossover_vs"]) == {"ar default", "ar transformers"}
+
+
+def test_ratio_to_the_best_ar_engine_and_the_crossover() -> None:
+    def rows(method: str, paradigm: str, speeds: list[float]) -> list[dict[str, Any]]:
+        return [
+            {"method": method, "paradigm": paradigm, "batch_size": b, "tokens_per_second": v}
+            for b, v in zip((1, 4, 16), speeds, strict=True)
+        ]
+
+    figures = [
+        *rows("ar default", "ar", [100, 200, 400]),
+        *rows("ar transformers", "ar", [80, 300, 800]),
+        *rows("setdlm w4", "setdlm", [220, 330, 500]),
+    ]
+    out = throughput.against_best_ar(figures)["setdlm w4"]
+    assert out["best_ar"] == {"1": "ar default", "4": "ar transformers", "16": "ar transformers"}
+    assert out["ratio_to_best_ar"] == pytest.approx({"1": 2.2, "4": 1.1, "16": 0.625})
+    assert out["crossover"] == 16
+    assert out["crossover_vs"] == {"ar default": None, "ar transformers": 16}
+
+
 def test_throughput_accuracy_is_the_bench_rows_exact_match(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

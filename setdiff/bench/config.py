@@ -23,6 +23,10 @@ class ThroughputConfig:
     """``"<paradigm> <label>"`` of `bench.sweep` configurations (labels as in the CSV, e.g.
     ``"setdlm threshold=0.9 window=2"``, ``"ar default"``); empty = the first configuration of
     every paradigm. Batched AR is always measured (the ratios are against it)."""
+    transformers: bool = False
+    """Also transformers' batched greedy AR (the AR model exported to HF) side by side, so each
+    method's ratio to the fastest AR engine at every batch size, and the crossover batch size,
+    come from one interleaved run."""
 
     def __post_init__(self) -> None:
         check(all(b >= 1 for b in self.batch_sizes), "batch_sizes must be >= 1")

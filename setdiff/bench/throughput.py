@@ -60,6 +60,9 @@ class Method:
     model: LoadedModel
     options: Mapping[str, Any]
     stand_in: bool = False
+    engine: Any = None
+    """A transformers causal LM (`setdiff.baselines.hf_engine.load_hf_model`) that decodes this
+    ``ar`` method instead of our engine: transformers' batched greedy AR, the same model."""
 
     @property
     def name(self) -> str:
@@ -85,12 +88,24 @@ def decode_chunk(
     decode cost, the wall time also what the neighbours took)."""
     eos = method.model.tokenizer.eos_id
     device = next(method.model.net.parameters()).device
+    budgets = [seq_len - len(p) for p in prompts]
     cpu = time.process_time()
+    if method.engine is not None:
+        from setdiff.baselines.hf_engine import hf_generate_batch  # transformers: imported late
+
+        out, seconds = timed(
+            lambda: hf_generate_batch(method.engine, prompts, budgets, eos), device
+        )
+        rows = [  # one forward per new token, as our AR (the prefill's gives the first)
+            GenerateResult(t, len(t), [], bool(t) and t[-1] == eos, out["seconds"])
+            for t in out["tokens"]
+        ]
+        return rows, seconds, time.process_time() - cpu
     rows, seconds = timed(
         lambda: generate_batch(
             method.model,
             prompts,
-            max_new_tokens=[seq_len - len(p) for p in prompts],
+            max_new_tokens=budgets,
             stop_ids=[eos],
             seed=seed,
             **method.options,
@@ -181,6 +196,39 @@ def sweep(
                 }
             )
     return figures
+
+
+def against_best_ar(figures: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per non-AR method: at each batch size its tokens/s over the fastest AR engine's there
+    (ours or transformers'), and the crossover: the smallest batch size where that ratio falls
+    below 1 (None: not within the sweep), overall and against each AR engine."""
+    sizes = sorted({f["batch_size"] for f in figures})
+    ar = {
+        (f["method"], f["batch_size"]): f["tokens_per_second"]
+        for f in figures
+        if f["paradigm"] == "ar"
+    }
+    engines = sorted({m for m, _ in ar})
+    out: dict[str, dict[str, Any]] = {}
+    for method in dict.fromkeys(f["method"] for f in figures if f["paradigm"] != "ar"):
+        speed = {f["batch_size"]: f["tokens_per_second"] for f in figures if f["method"] == method}
+        best = {b: max(engines, key=lambda e: ar.get((e, b), 0.0)) for b in sizes}
+        ratios = {b: speed[b] / ar[(best[b], b)] for b in sizes if (best[b], b) in ar}
+
+        def first_below(ratio: Mapping[int, float]) -> int | None:
+            return next((b for b in sizes if b in ratio and ratio[b] < 1.0), None)
+
+        per_engine = {
+            e: first_below({b: speed[b] / ar[(e, b)] for b in sizes if (e, b) in ar})
+            for e in engines
+        }
+        out[method] = {
+            "ratio_to_best_ar": {str(b): r for b, r in ratios.items()},
+            "best_ar": {str(b): best[b] for b in sizes},
+            "crossover": first_below(ratios),
+            "crossover_vs": per_engine,
+        }
+    return out
 
 
 def _ratio(tally: _Tally, ar: _Tally | None, clock: str) -> float | None:

@@ -19,14 +19,19 @@ Throughput (``bench.run.throughput``): the chosen configurations and batched AR 
 ``n_examples`` test prompts in batches of each size with `generate_batch`, under the same contract
 (`setdiff.bench.throughput`); ``results/throughput/<task>.json`` holds tokens/s per method
 and batch size (wall and CPU clocks), the ratio to batched AR, accuracy, and whether every row
-equals the batch-1 decode. With no batch sizes the file says the sweep was off.
+equals the batch-1 decode. With ``transformers: true`` transformers' batched greedy AR (the AR
+model exported to HF) runs in the same interleaved sweep, and ``against_best_ar`` gives each
+method's ratio to the fastest AR engine at every batch size and the crossover batch size (the
+first where that ratio falls below 1). With no batch sizes the file says the sweep was off.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -38,7 +43,7 @@ from setdiff.bench.config import (
     configurations,
     throughput_configurations,
 )
-from setdiff.bench.throughput import Method, sweep
+from setdiff.bench.throughput import Method, against_best_ar, sweep
 from setdiff.config import ConfigError
 from setdiff.measure import Configuration, Row, fingerprint, measure, write_rows
 from setdiff.preset import load_preset
@@ -65,6 +70,13 @@ def run_throughput(
     if not spec.batch_sizes:
         return []
     methods = [Method(c.paradigm, c.label, models[c.paradigm], dict(c.options)) for c in configs]
+    if spec.transformers:
+        from setdiff.baselines.hf_engine import load_hf_model  # transformers: imported late
+        from setdiff.hf import export_hf
+
+        with tempfile.TemporaryDirectory() as tmp:  # loaded into memory, then the files go
+            hf = load_hf_model(export_hf(models["ar"].path, Path(tmp) / "ar-hf"))
+        methods.insert(1, Method("ar", "transformers", models["ar"], {}, engine=hf))
     log.info("throughput: batch sizes %s, %d methods", list(spec.batch_sizes), len(methods))
     return sweep(
         methods,
@@ -178,6 +190,7 @@ def main(argv: list[str]) -> None:
             "batch_sizes": list(run.throughput.batch_sizes),
             "methods": [f"{c.paradigm} {c.label}" for c in batched],
             "figures": figures,
+            "against_best_ar": against_best_ar(figures),
         },
     )
     write_json(
