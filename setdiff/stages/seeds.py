@@ -36,9 +36,12 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from setdiff import retrain
 from setdiff.artifacts import write_json
 from setdiff.config import ConfigError
+from setdiff.measure import fingerprint
 from setdiff.preset import load_preset
 from setdiff.recipe import SeedStudyConfig, TaskTrainConfig
 from setdiff.stages.common import Layout, parse_args, setup_logging
@@ -93,6 +96,13 @@ def main(argv: list[str]) -> None:
         "steps": study.steps,
         "threads": study.threads,
         "ar_per_seed": own_ar,
+        # the cells' own seconds (training and scoring), summed: the study's cost on one core
+        # per cell, whether its cells ran one after another or side by side
+        "cell_seconds": sum(float(r.get("seconds", 0.0)) for r in rows),
+        "fingerprint": fingerprint(
+            torch.device("cpu"),
+            params_hash=preset.digest("seeds", f"train.{args.task}", "paradigm", "decode"),
+        ),
         "paradigms": {
             name: _summary(
                 [r for r in rows if r["paradigm"] == name],
