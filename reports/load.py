@@ -353,8 +353,28 @@ def _load_batched(root: Path, expect: Expected, log: MissingLog) -> pd.DataFrame
         if problem is None and not figures:
             problem = "the throughput sweep was off (bench.run.throughput)"
         log.add(path, problem, "batched", optional=True)
-        records += [{"task": task, **row} for row in figures or [] if isinstance(row, dict)]
+        best = data.get("against_best_ar") if isinstance(data, dict) else None
+        best = best if isinstance(best, dict) else {}
+        for row in figures or []:
+            if isinstance(row, dict):
+                records.append({"task": task, **row, **_best_ar(best.get(row.get("method")), row)})
     return pd.DataFrame(records)
+
+
+def _best_ar(against: object, row: dict[str, Any]) -> dict[str, Any]:
+    """A method's row against the fastest AR engine at its batch size (the bench stage's
+    ``against_best_ar``): that ratio and engine, and the crossover batch sizes (None: the ratio
+    never fell below 1 in the sweep), overall and per engine."""
+    if not isinstance(against, dict):
+        return {}
+    size = str(row.get("batch_size"))
+    ratios, engines = against.get("ratio_to_best_ar") or {}, against.get("best_ar") or {}
+    return {
+        "best_ar_ratio": ratios.get(size),
+        "best_ar_engine": engines.get(size),
+        "crossover": against.get("crossover"),
+        "crossover_vs": against.get("crossover_vs") or {},
+    }
 
 
 def _load_tradeoff(root: Path, expect: Expected, log: MissingLog) -> pd.DataFrame:

@@ -7,6 +7,7 @@ input gives an empty frame; the caller decides what to say about it.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -102,26 +103,55 @@ def engines_table(engines: pd.DataFrame, throughput: pd.DataFrame) -> pd.DataFra
 
 
 def batched_table(batched: pd.DataFrame) -> pd.DataFrame:
-    """Throughput regime: tokens/s per method at each batch size with the ratio to batched AR,
-    accuracy, and the largest batch size at which the method still beats batched AR."""
+    """Throughput regime: tokens/s per method at each batch size (3 significant figures) with its
+    ratio to the fastest AR engine there (ours or transformers', when the sweep ran both; else to
+    our batched AR), accuracy, and the crossover: the smallest batch size where the ratio falls
+    below 1, against the best engine and against each."""
     if batched.empty:
         return pd.DataFrame()
     out = []
     for (task, method), group in batched.groupby(["task", "method"], sort=False):
         group = group.sort_values("batch_size")
         row: dict[str, str] = {"task": task, "method": method}
+        best = "best_ar_ratio" in group and group["best_ar_ratio"].notna().any()
         for _, cell in group.iterrows():
-            ratio = cell.get("speedup_vs_ar")
-            beside = "" if ratio is None or pd.isna(ratio) else f" ({ratio:.2f}×)"
-            row[f"B={int(cell['batch_size'])}"] = fmt(cell["tokens_per_second"], ",.0f") + beside
+            ratio = cell.get("best_ar_ratio") if best else cell.get("speedup_vs_ar")
+            beside = "" if _blank(ratio) else f" ({ratio:.2f}×)"
+            row[f"B={int(cell['batch_size'])}"] = fmt_rate(cell["tokens_per_second"]) + beside
         row["accuracy"] = fmt(group["accuracy"].iloc[0], ".3f")
         same = group.get("identical_to_batch1")
         row["rows = batch 1"] = "" if same is None else ("yes" if same.dropna().all() else "no")
         if group["paradigm"].iloc[0] != "ar":
-            beats = group[group["speedup_vs_ar"].astype(float) > 1]["batch_size"]
-            row["beats batched AR up to"] = f"B={int(beats.max())}" if len(beats) else "never"
+            row.update(_crossover(group, best))
         out.append(row)
     return pd.DataFrame(out).fillna("")
+
+
+def _crossover(group: pd.DataFrame, best: bool) -> dict[str, str]:
+    """Where a method stops beating AR: against the best engine and each (``best``), or else
+    the largest batch size at which it still beats our batched AR."""
+    row: dict[str, str] = {}
+    if best:
+        last = f"none up to B={int(group['batch_size'].max())}"
+        crossover = group["crossover"].iloc[0]
+        row["crossover (best AR)"] = last if _blank(crossover) else f"B={int(crossover)}"
+        per_engine = group["crossover_vs"].iloc[0] or {}
+        row["crossover per AR engine"] = "; ".join(
+            f"{engine} {'none' if _blank(b) else f'B={int(b)}'}"
+            for engine, b in sorted(per_engine.items())
+        )
+    else:
+        beats = group[group["speedup_vs_ar"].astype(float) > 1]["batch_size"]
+        row["beats batched AR up to"] = f"B={int(beats.max())}" if len(beats) else "never"
+    return row
+
+
+def fmt_rate(value: object) -> str:
+    """A rate at 3 significant figures with thousands separators: ``8,410``, ``96.3``."""
+    if _blank(value) or not isinstance(value, int | float):
+        return fmt(value)
+    rounded = float(f"{float(value):.3g}")
+    return f"{rounded:,.0f}" if abs(rounded) >= 100 else f"{rounded:.3g}"
 
 
 def _side(row: pd.Series, prefix: str) -> str:
@@ -290,37 +320,99 @@ def backbone_table(backbone: pd.DataFrame) -> pd.DataFrame:
 
 
 def seeds_table(seeds: pd.DataFrame, evaluate: pd.DataFrame) -> pd.DataFrame:
-    """One row per (task, paradigm) of the seed study: each seed's accuracy, mean ± sample sd
-    over seeds, one run's binomial SE at the same prompts, and the main run's accuracy (the
-    recipe's seed, from the evaluate stage) when the study trained with the recipe's steps."""
+    """One row per (task, paradigm) of the seed study, plus one per extra decode (``also``):
+    each seed's accuracy, mean ± sample sd, min–max, one run's binomial SE at the same prompts,
+    tokens per forward (mean over seeds), the gap to the same seed's AR model on every seed and
+    whether its sign holds on all of them, and the main run's accuracy (the recipe's seed, from
+    the evaluate stage) when the study trained with the recipe's steps."""
     if seeds.empty:
         return pd.DataFrame()
     main = {}
     if not evaluate.empty and "accuracy" in evaluate:
         main = {(r.task, r.paradigm): r.accuracy for r in evaluate.itertuples()}
+    records = sort_paradigms(seeds).to_dict("records")
+    ar = {
+        r["task"]: dict(zip(r.get("seeds") or [], r.get("accuracies") or [], strict=False))
+        for r in records
+        if r["paradigm"] == "ar"
+    }
     rows = []
-    for r in sort_paradigms(seeds).to_dict("records"):
-        sd, mean = r.get("sd"), r.get("mean")
+    for r in records:
         own = (
             main.get((r["task"], r["paradigm"]))
             if r.get("steps") == r.get("recipe_steps")
             else None
         )
-        rows.append(
-            {
-                "task": r["task"],
-                "paradigm": r["paradigm"],
-                "seeds": ", ".join(fmt(s, ".0f") for s in r.get("seeds") or []),
-                "accuracy per seed": ", ".join(fmt(a, ".3f") for a in r.get("accuracies") or []),
-                "mean ± sd": fmt(mean, ".3f") if _blank(sd) else fmt_pm(mean, sd),
-                "one-run SE": fmt(r.get("binomial_se"), ".3f"),
-                "steps": fmt(r.get("steps"), ".0f"),
-                "main run": ""
-                if _blank(own)
-                else f"{own:.3f} (seed {fmt(r.get('recipe_seed'), '.0f')})",
-            }
-        )
+        spreads = [(r["paradigm"], r)]
+        also = r.get("also")
+        if isinstance(also, dict) and also.get("accuracies"):
+            spreads.append((f"{r['paradigm']} {_decode_label(also.get('decode'))}", also))
+        for label, spread in spreads:
+            rows.append(
+                {
+                    "task": r["task"],
+                    "paradigm": label,
+                    "seeds": ", ".join(fmt(s, ".0f") for s in r.get("seeds") or []),
+                    **_spread_cells(
+                        spread,
+                        r.get("seeds") or [],
+                        None if label == "ar" else ar.get(r["task"]),
+                    ),
+                    "steps": fmt(r.get("steps"), ".0f"),
+                    "main run": ""
+                    if _blank(own) or spread is not r
+                    else f"{own:.3f} (seed {fmt(r.get('recipe_seed'), '.0f')})",
+                }
+            )
     return pd.DataFrame(rows)
+
+
+SEED_SD_LIMIT = 0.03
+"""The seed sd above which a paradigm's recipe is flagged as seed-sensitive (issue 33)."""
+
+
+def _spread_cells(
+    spread: dict[str, Any], seeds: list[Any], ar: dict[Any, float] | None
+) -> dict[str, str]:
+    listed = spread.get("accuracies")
+    accuracies = [float(a) for a in listed] if isinstance(listed, list) else []
+    mean, sd = spread.get("mean"), spread.get("sd")
+    listed = spread.get("tokens_per_forward")
+    per_forward = [float(t) for t in listed if not _blank(t)] if isinstance(listed, list) else []
+    cells = {
+        "accuracy per seed": ", ".join(fmt(a, ".3f") for a in accuracies),
+        "mean ± sd": fmt(mean, ".3f") if _blank(sd) else fmt_pm(mean, sd),
+        "min–max": f"{min(accuracies):.3f}–{max(accuracies):.3f}" if accuracies else "",
+        "one-run SE": fmt(spread.get("binomial_se"), ".3f"),
+        "tokens/forward": fmt(statistics.fmean(per_forward), ".2f") if per_forward else "",
+        "− AR per seed": "",
+        "sign on every seed": "",
+        "sd > 0.03": "" if _blank(sd) else ("yes" if sd > SEED_SD_LIMIT else "no"),
+    }
+    gaps = [a - ar[s] for s, a in zip(seeds, accuracies, strict=False) if ar and s in ar]
+    if gaps:
+        cells["− AR per seed"] = ", ".join(f"{g:+.3f}" for g in gaps)
+        signs = {(g > 0) - (g < 0) for g in gaps}
+        named = {frozenset({1}): "above AR", frozenset({-1}): "below AR", frozenset({0}): "tie"}
+        cells["sign on every seed"] = named.get(frozenset(signs), "mixed")
+    return cells
+
+
+def _decode_label(decode: object) -> str:
+    """``verify W8`` for ``{"verify": True, "window": 8}``: the extra decode's knobs, short."""
+    if not isinstance(decode, dict):
+        return str(decode or "")
+    parts = []
+    for key, value in sorted(decode.items()):
+        if value is True:
+            parts.append(key)
+        elif key == "window":
+            parts.append(f"W{value}")
+        elif key == "threshold":
+            parts.append(f"τ{value}")
+        else:
+            parts.append(f"{key}={value}")
+    return " ".join(parts)
 
 
 def setsize_table(

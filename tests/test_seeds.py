@@ -174,9 +174,30 @@ SEEDS_METRICS = {
     "n_examples": 500,
     "steps": None,
     "paradigms": {
+        "ar": {
+            "seeds": [1, 2],
+            "accuracies": [0.69, 0.7],
+            "n": 2,
+            "mean": 0.695,
+            "sd": 0.007071,
+            "binomial_se": 0.020594,
+            "tokens_per_forward": [1.0, 1.0],
+            "steps": 3000,
+            "recipe_seed": 0,
+            "recipe_steps": 3000,
+        },
         "setdlm": {
             "seeds": [1, 2],
             "accuracies": [0.7, 0.66],
+            "also": {
+                "decode": {"verify": True, "window": 8},
+                "accuracies": [0.72, 0.71],
+                "mean": 0.715,
+                "sd": 0.007071,
+                "binomial_se": 0.02,
+                "tokens_per_forward": [3.5, 3.3],
+            },
+            "tokens_per_forward": [0.98, 0.96],
             "n": 2,
             "mean": 0.68,
             "sd": 0.028284,
@@ -222,9 +243,22 @@ def test_the_report_table_renders_from_a_metrics_file(tmp_path: Path) -> None:
     (tmp_path / "metrics" / "seeds" / "arith.json").write_text(json.dumps(SEEDS_METRICS))
     run = load_run(tmp_path)
     table = tables.seeds_table(run.seeds, run.evaluate).set_index("paradigm")
-    assert list(table.index) == ["bd3lm", "setdlm"]  # canonical paradigm order
+    assert list(table.index) == ["ar", "bd3lm", "setdlm", "setdlm verify W8"]  # canonical order
     assert table.loc["setdlm", "accuracy per seed"] == "0.700, 0.660"
     assert table.loc["setdlm", "mean ± sd"] == "0.680 ± 0.028"
+    assert table.loc["setdlm", "min–max"] == "0.660–0.700"
+    assert table.loc["setdlm", "tokens/forward"] == "0.97"
+    # each seed against the same seed's AR model: the sign differs between seeds
+    assert table.loc["setdlm", "− AR per seed"] == "+0.010, -0.040"
+    assert table.loc["setdlm", "sign on every seed"] == "mixed"
+    assert table.loc["setdlm verify W8", "− AR per seed"] == "+0.030, +0.010"
+    assert table.loc["setdlm verify W8", "sign on every seed"] == "above AR"
+    assert table.loc["setdlm verify W8", "tokens/forward"] == "3.40"
+    assert table.loc["setdlm verify W8", "main run"] == ""  # another decode than evaluate's
+    assert table.loc["ar", "− AR per seed"] == ""
+    assert table.loc["setdlm", "sd > 0.03"] == "no"
+    assert table.loc["bd3lm", "− AR per seed"] == "-0.240"  # seed 1 only
+    assert table.loc["bd3lm", "sign on every seed"] == "below AR"
     assert table.loc["setdlm", "one-run SE"] == "0.021"
     assert table.loc["setdlm", "main run"] == "0.684 (seed 0)"
     assert table.loc["bd3lm", "mean ± sd"] == "0.450"  # one seed: no sd
