@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 
-from setdiff.artifacts import atomic_path
 from setdiff.distributed import (
     full_optimizer_state,
     gather_full,
@@ -27,6 +26,7 @@ from setdiff.distributed import (
     load_full_optimizer_state,
     shard_like,
 )
+from setdiff.files import atomic_path
 from setdiff.model import Transformer
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,8 @@
 """The `setdiff` command: one sub-command per pipeline stage, mapped in one dict.
 
 Each stage lives in `setdiff/stages/<name>.py` and exposes `main(argv) -> None`; DVC calls
-these through this dispatcher (``setdiff <stage> ...``). `setdiff <stage> --help` explains a stage.
+these through this dispatcher (``setdiff <stage> ...``); tools (`MODULES`) work the same way.
+`setdiff <stage> --help` explains a stage.
 
 Bad input (a `ConfigError` or other `ValueError`, a missing file, a full disk) is reported as one
 line, ``error: <message>``, with exit status 2; ``--debug`` or ``SETDIFF_DEBUG=1`` shows the
@@ -35,7 +36,11 @@ STAGES: dict[str, str] = {
     "seeds": "Seed variance: diffusion accuracy per training seed, mean and sd; metrics/.",
     "setsize": "Set size: setdlm/bd3lm fine-tuned at other set sizes D, accuracy; metrics/.",
     "summary": "Headline numbers of a run (--write: record metrics/summary.json); ends make run.",
+    "dvc-deps": "Check (--check) or write (--write) dvc.yaml's code deps: each stage's imports.",
 }
+
+MODULES: dict[str, str] = {"dvc-deps": "setdiff.dvcdeps"}
+"""Sub-commands that are tools, not stages (a stage is `setdiff.stages.<name>`)."""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -52,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     name, rest = argv[0], argv[1:]
     if name not in STAGES:
         sys.exit(f"setdiff: unknown stage {name!r}; choose one of {', '.join(STAGES)}")
-    module = importlib.import_module(f"setdiff.stages.{name}")
+    module = importlib.import_module(MODULES.get(name, f"setdiff.stages.{name}"))
     with user_errors(debug):
         module.main(rest)
 

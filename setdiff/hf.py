@@ -39,15 +39,11 @@ from setdiff.artifacts import (
     TOKENIZER_FILE,
     WEIGHTS_FILE,
     assign_weights,
-    atomic_path,
     is_model_dir,
     load_net,
-    naming_full_disk,
-    sha256_file,
-    write_bytes,
-    write_json,
 )
 from setdiff.cli import debug_flag, user_errors
+from setdiff.files import atomic_path, naming_full_disk, sha256_file, write_bytes, write_json
 from setdiff.model import ModelConfig, Transformer, rope_inv_freq
 from setdiff.tokenizer import (
     ROLES,

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import torch
 
-from setdiff.artifacts import WEIGHTS_FILE, load_model, sha256_file
+from setdiff.artifacts import WEIGHTS_FILE, load_model
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError
+from setdiff.files import sha256_file
 from setdiff.model import ModelConfig, Transformer
 
 log = logging.getLogger(__name__)

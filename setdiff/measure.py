@@ -32,9 +32,10 @@ from typing import Any, TypeVar
 
 import torch
 
-from setdiff.artifacts import LoadedModel, atomic_path, sha256_file
+from setdiff.artifacts import LoadedModel
 from setdiff.config import frozen
 from setdiff.evaluate import score_answer
+from setdiff.files import atomic_path, sha256_file
 from setdiff.sampling.loop import generate
 from setdiff.sampling.policies import parse_threshold
 

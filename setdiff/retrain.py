@@ -27,10 +27,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from setdiff.artifacts import WEIGHTS_FILE, LoadedModel, save_model_dir, write_json
+from setdiff.artifacts import WEIGHTS_FILE, LoadedModel, save_model_dir
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError, build, to_dict
 from setdiff.evaluate import SCORING_BATCH, answer_rows
+from setdiff.files import write_json
 from setdiff.initial import initial_source, initial_weights, inputs_fingerprint, weights_sha256
 from setdiff.model import ModelConfig
 from setdiff.paradigm import PARADIGMS, make_paradigm

@@ -32,7 +32,6 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from setdiff.artifacts import write_text
 from setdiff.batching import ArraySplit
 from setdiff.checkpoint import export_weights, resume_state, save_state
 from setdiff.config import Bounds, Count, Count0, Device, Seed, Threads, check, frozen
@@ -43,6 +42,7 @@ from setdiff.distributed import (
     shard,
     wrap_data_parallel,
 )
+from setdiff.files import write_text
 from setdiff.model import Transformer
 from setdiff.paradigm import Paradigm
 from setdiff.progress import progress_bar

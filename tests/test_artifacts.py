@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import setdiff
-from setdiff.artifacts import finite_or_none, load_model, save_model_dir, write_bytes, write_json
+from setdiff.artifacts import load_model, save_model_dir
+from setdiff.files import finite_or_none, write_bytes, write_json
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import SetDLMConfig, make_paradigm
 

@@ -1,5 +1,6 @@
-"""dvc.yaml's record of code: every stage's `deps` cover the stage's whole import closure inside
-the repository, so a change to any module a stage runs re-runs that stage.
+"""dvc.yaml's record of code: every stage's code deps are exactly the stage's import closure in
+the repository (`setdiff.dvcdeps`), so a change to any module a stage runs re-runs that stage and
+a change to any other module does not.
 
 The closure is computed statically (`ast`, imports inside functions included) over the
 repository's own packages. A stage command is ``setdiff <name>`` (``setdiff/cli.py``, which
@@ -8,93 +9,16 @@ imports ``setdiff.stages.<name>``) or ``python -m <module>``; a module that laun
 
 from __future__ import annotations
 
-import ast
-import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-import yaml
+
+from setdiff.cli import main as cli
+from setdiff.dvcdeps import entry_modules, import_closure, module_path, problems, rewrite, stages
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("setdiff", "flows", "reports", "metrics_schema")
-
-
-def module_path(module: str, root: Path = ROOT) -> Path | None:
-    """The file of `module` inside the repository, or None (third-party or missing)."""
-    base = root.joinpath(*module.split("."))
-    for path in (base / "__init__.py", base.with_suffix(".py")):
-        if path.is_file():
-            return path
-    return None
-
-
-def imported_modules(module: str, path: Path) -> set[str]:
-    """Every module an import statement of `path` may name (functions included); for
-    ``from a import b`` both ``a`` and ``a.b`` (b may be a submodule)."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*parent, *([node.module] if node.module else [])])
-            names |= {base} | {f"{base}.{alias.name}" for alias in node.names}
-    return names
-
-
-def launched_stages(path: Path) -> set[str]:
-    """Stage names of ``(*SETDIFF, "<name>")`` commands built in `path` (run as subprocesses)."""
-    stages = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if not isinstance(node, ast.Tuple | ast.List):
-            continue
-        elts = node.elts
-        for first, second in zip(elts, elts[1:], strict=False):
-            is_setdiff = isinstance(first, ast.Starred) and ast.unparse(first.value) == "SETDIFF"
-            if is_setdiff and isinstance(second, ast.Constant) and isinstance(second.value, str):
-                stages.add(second.value)
-    return stages
-
-
-def import_closure(entry: list[str], root: Path = ROOT) -> set[str]:
-    """Repository files (relative paths) imported, directly or not, by the `entry` modules."""
-    seen: dict[str, Path] = {}
-    todo = list(entry)
-    while todo:
-        module = todo.pop()
-        if module.split(".")[0] not in PACKAGES or module in seen:
-            continue
-        path = module_path(module, root)
-        if path is None:
-            continue
-        seen[module] = path
-        parts = module.split(".")
-        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # parent packages run first
-        todo += imported_modules(module, path)
-        todo += [m for name in launched_stages(path) for m in stage_modules(name)]
-    return {str(p.relative_to(root)) for p in seen.values()}
-
-
-def stage_modules(name: str) -> list[str]:
-    return ["setdiff.cli", f"setdiff.stages.{name}"]
-
-
-def entry_modules(cmd: str) -> list[str]:
-    """The modules a stage command runs first."""
-    words = shlex.split(cmd)
-    if words[0] == "setdiff":
-        return stage_modules(words[1])
-    if words[:2] == ["python", "-m"]:
-        return [words[2]]
-    raise AssertionError(f"dvc.yaml: cannot tell which module runs {cmd!r}")
-
-
-def stages() -> dict[str, dict]:
-    dvc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
-    return {name: stage.get("do", stage) for name, stage in dvc["stages"].items()}
 
 
 def uncovered(files: set[str], deps: list[str]) -> list[str]:
@@ -103,14 +27,90 @@ def uncovered(files: set[str], deps: list[str]) -> list[str]:
     return sorted(f for f in files if not any(f == p or f.startswith(p + "/") for p in prefixes))
 
 
-@pytest.mark.parametrize("name", sorted(stages()))
+def test_every_stage_lists_exactly_its_import_closure() -> None:
+    """`setdiff dvc-deps --check`: the committed dvc.yaml is what `--write` would make it."""
+    assert problems(ROOT) == []
+
+
+@pytest.mark.parametrize("name", sorted(stages(ROOT)))
 def test_stage_deps_cover_its_import_closure(name: str) -> None:
-    stage = stages()[name]
+    stage = stages(ROOT)[name]
     entry = entry_modules(stage["cmd"])
     for module in entry:
-        assert module_path(module), f"dvc.yaml: stage {name}: no module {module} in the repository"
-    missing = uncovered(import_closure(entry), stage.get("deps", []))
+        assert module_path(module, ROOT), f"dvc.yaml: stage {name}: no module {module}"
+    missing = uncovered(import_closure(entry, ROOT), stage.get("deps", []))
     assert missing == [], f"dvc.yaml: stage {name}: deps miss {missing}"
+
+
+@pytest.mark.parametrize("name", ["prepare", "tokenize"])
+@pytest.mark.parametrize("edited", ["setdiff/sampling/loop.py", "setdiff/sampling/batch.py"])
+def test_a_sampler_edit_leaves_the_data_stages_alone(name: str, edited: str) -> None:
+    """DVC re-runs a stage when a dep changes; a sampler file no dep of prepare or tokenize
+    covers leaves them clean (`dvc status`), and those deps are true (the check above)."""
+    assert (ROOT / edited).is_file()
+    assert uncovered({edited}, stages(ROOT)[name]["deps"]) == [edited]
+
+
+def test_importing_setdiff_loads_nothing() -> None:
+    """PEP 562: `import setdiff` runs no submodule and no torch; a public name loads its own."""
+    code = (
+        "import sys, setdiff; loaded = sorted(m for m in sys.modules if m.startswith('setdiff'));"
+        "print(loaded, 'torch' in sys.modules); setdiff.generate; setdiff.masks.set_causal_mask"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout
+    assert out.strip() == "['setdiff'] False"
+
+
+def test_write_replaces_only_the_code_deps(tmp_path: Path) -> None:
+    """`--write` fixes a stale list in place: the closure replaces the code deps where they
+    were; data deps, params, comments and other stages stay as written; `--check` then passes
+    (and fails, naming the stage and the fix, before)."""
+    (tmp_path / "setdiff" / "stages").mkdir(parents=True)
+    (tmp_path / "setdiff" / "sub").mkdir()
+    files = {
+        "setdiff/__init__.py": "",
+        "setdiff/cli.py": "",
+        "setdiff/stages/__init__.py": "",
+        "setdiff/stages/go.py": "from setdiff.sub import a\n",
+        "setdiff/sub/__init__.py": "",
+        "setdiff/sub/a.py": "",
+        "setdiff/unused.py": "",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    stale = (
+        "stages:\n"
+        "  # a comment\n"
+        "  go:\n"
+        "    cmd: setdiff go --task t\n"
+        "    deps:\n"
+        "      - data/raw  # kept\n"
+        "      - setdiff/unused.py\n"
+        "    params:\n"
+        "      - go.seed\n"
+    )
+    (tmp_path / "dvc.yaml").write_text(stale)
+    assert [line.split(" (")[0] for line in problems(tmp_path)] == [
+        "dvc.yaml: stage go: code deps differ from its import closure"
+    ]
+    with pytest.raises(SystemExit) as stopped:
+        cli(["dvc-deps", "--check", "--root", str(tmp_path)])
+    assert stopped.value.code == 1
+    cli(["dvc-deps", "--write", "--root", str(tmp_path)])
+    assert (tmp_path / "dvc.yaml").read_text() == stale.replace(
+        "      - setdiff/unused.py\n",
+        "      - setdiff/__init__.py\n"
+        "      - setdiff/cli.py\n"
+        "      - setdiff/stages\n"
+        "      - setdiff/sub\n",  # every file of a folder imported: the folder
+    )
+    assert problems(tmp_path) == []
+    assert (
+        rewrite((tmp_path / "dvc.yaml").read_text(), tmp_path)
+        == (tmp_path / "dvc.yaml").read_text()
+    )
 
 
 def test_closure_follows_lazy_relative_and_subprocess_imports(tmp_path: Path) -> None:

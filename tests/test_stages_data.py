@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from setdiff import cli
-from setdiff.artifacts import write_bytes
 from setdiff.config import ConfigError
+from setdiff.files import write_bytes
 from setdiff.stages import prepare, tokenize
 from setdiff.tokenizer import load_tokenizer
 

@@ -23,8 +23,9 @@ import torch
 import yaml
 
 from setdiff import cli
-from setdiff.artifacts import LoadedModel, load_model, save_model_dir, write_bytes
+from setdiff.artifacts import LoadedModel, load_model, save_model_dir
 from setdiff.config import ConfigError
+from setdiff.files import write_bytes
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import make_paradigm
 from setdiff.sampling.loop import generate

@@ -37,8 +37,8 @@ from typing import Any, TypeVar
 
 import torch
 
-from setdiff.artifacts import write_json
 from setdiff.batching import ArraySplit
+from setdiff.files import write_json
 from setdiff.kv_cache import KVCache
 from setdiff.masks import decode_mask
 from setdiff.model import ModelConfig, Transformer

@@ -49,8 +49,8 @@ from typing import Any
 
 import torch
 
-from setdiff.artifacts import finite_or_none, write_json
 from setdiff.batching import ArraySplit
+from setdiff.files import finite_or_none, write_json
 from setdiff.kv_cache import KVCache
 from setdiff.masks import decode_mask
 from setdiff.measure import timed

@@ -34,8 +34,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from setdiff.artifacts import write_json
 from setdiff.bench.core import CONFIG, MASK_ID
+from setdiff.files import write_json
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import SetDLMConfig, make_paradigm
 from setdiff.runtime import setup_torch

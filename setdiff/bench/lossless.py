@@ -31,8 +31,9 @@ from typing import Any
 
 import torch
 
-from setdiff.artifacts import load_model, write_json
+from setdiff.artifacts import load_model
 from setdiff.evaluate import score_answer
+from setdiff.files import write_json
 from setdiff.measure import count_new_tokens, fingerprint, timed
 from setdiff.runtime import setup_torch
 from setdiff.sampling.loop import generate

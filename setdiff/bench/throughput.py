@@ -38,9 +38,10 @@ from typing import Any
 
 import torch
 
-from setdiff.artifacts import LoadedModel, load_model, write_json
+from setdiff.artifacts import LoadedModel, load_model
 from setdiff.config import ConfigError
 from setdiff.evaluate import score_answer
+from setdiff.files import write_json
 from setdiff.measure import count_new_tokens, fingerprint, peak_memory_mb, timed
 from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.runtime import setup_torch

@@ -37,10 +37,11 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from setdiff.artifacts import LoadedModel, write_json
+from setdiff.artifacts import LoadedModel
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError, build, to_dict
 from setdiff.evaluate import answer_rows
+from setdiff.files import write_json
 from setdiff.initial import inputs_fingerprint
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import ARConfig, SetDLMConfig, make_paradigm
@@ -56,7 +57,7 @@ log = logging.getLogger(__name__)
 
 def main(argv: list[str]) -> None:
     only, argv = _only(argv)
-    args = parse_args(argv, "Backbone study: AR and setdlm accuracy per variant.", paradigm=False)
+    args = parse_args(argv, "Backbone study: AR and setdlm accuracy per variant.")
     setup_logging()
     preset = load_preset(args.params)
     study = preset.section("backbone", BackboneStudyConfig)

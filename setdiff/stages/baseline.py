@@ -30,10 +30,11 @@ from typing import Any
 
 import torch
 
-from setdiff.artifacts import LoadedModel, load_model, write_json
+from setdiff.artifacts import LoadedModel, load_model
 from setdiff.baselines.config import BaselineConfig, VLLMConfig
 from setdiff.config import ConfigError, to_dict
 from setdiff.evaluate import score_answer
+from setdiff.files import write_json
 from setdiff.measure import Row, count_new_tokens, fingerprint, peak_memory_mb, timed, write_rows
 from setdiff.preset import load_preset
 from setdiff.progress import progress_bar
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 
 
 def main(argv: list[str]) -> None:
-    args = parse_args(argv, "AR baselines served by other engines.", paradigm=False)
+    args = parse_args(argv, "AR baselines served by other engines.")
     setup_logging()
     preset = load_preset(args.params)
     config = preset.section("baseline", BaselineConfig)

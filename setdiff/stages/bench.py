@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from setdiff.artifacts import LoadedModel, load_model, write_json, write_text
+from setdiff.artifacts import LoadedModel, load_model
 from setdiff.bench.config import (
     BenchRunConfig,
     ThroughputConfig,
@@ -45,6 +45,7 @@ from setdiff.bench.config import (
 )
 from setdiff.bench.throughput import Method, against_best_ar, sweep
 from setdiff.config import ConfigError
+from setdiff.files import write_json, write_text
 from setdiff.measure import Configuration, Row, fingerprint, measure, write_rows
 from setdiff.preset import load_preset
 from setdiff.progress import progress_bar
@@ -129,7 +130,7 @@ def measure_all(
 
 
 def main(argv: list[str]) -> None:
-    args = parse_args(argv, "Speed-quality sweep of every paradigm on one task.", paradigm=False)
+    args = parse_args(argv, "Speed-quality sweep of every paradigm on one task.")
     setup_logging()
     preset = load_preset(args.params)
     run = preset.section("bench.run", BenchRunConfig)

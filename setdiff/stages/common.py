@@ -11,27 +11,32 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Collection
 from pathlib import Path
 
 from setdiff.config import ConfigError
-from setdiff.paradigm import PARADIGMS
 from setdiff.tasks import TASKS, check_task
 
 
-def parse_args(argv: list[str], description: str, *, paradigm: bool = True) -> argparse.Namespace:
+def parse_args(
+    argv: list[str], description: str, *, paradigms: Collection[str] = ()
+) -> argparse.Namespace:
+    """``--params``, ``--task``, ``--root``, and ``--paradigm`` (one of `paradigms`) when a stage
+    runs one paradigm: it passes the registry (`setdiff.paradigm.PARADIGMS`), so a stage that
+    does not, such as prepare, never imports the paradigms (nor, through DVC, depends on them)."""
     parser = argparse.ArgumentParser(prog="setdiff", description=description)
     parser.add_argument(
         "--params", default="params.yaml", help="params file (default: params.yaml)"
     )
     parser.add_argument("--task", required=True, help=f"task name: {' | '.join(TASKS)}")
-    if paradigm:
-        parser.add_argument("--paradigm", required=True, help=f"one of {', '.join(PARADIGMS)}")
+    if paradigms:
+        parser.add_argument("--paradigm", required=True, help=f"one of {', '.join(paradigms)}")
     parser.add_argument("--root", default=".", help="directory holding data/, models/, metrics/")
     args = parser.parse_args(argv)
     check_task(args.task)
-    if paradigm and args.paradigm not in PARADIGMS:
+    if paradigms and args.paradigm not in paradigms:
         raise ConfigError(
-            f"--paradigm: unknown paradigm {args.paradigm!r}; choose one of {list(PARADIGMS)}"
+            f"--paradigm: unknown paradigm {args.paradigm!r}; choose one of {list(paradigms)}"
         )
     return args
 

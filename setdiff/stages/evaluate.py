@@ -10,9 +10,11 @@ import json
 import logging
 from typing import Any
 
-from setdiff.artifacts import load_model, write_json, write_text
+from setdiff.artifacts import load_model
 from setdiff.batching import ArraySplit
 from setdiff.evaluate import EvalConfig, answer_rows, check_finite_weights, likelihood
+from setdiff.files import write_json, write_text
+from setdiff.paradigm import PARADIGMS
 from setdiff.preset import load_preset
 from setdiff.stages.common import Layout, parse_args, setup_logging
 from setdiff.tasks import ANSWER_TASKS, read_records
@@ -23,7 +25,9 @@ log = logging.getLogger(__name__)
 def main(argv: list[str]) -> None:
     from setdiff.runtime import setup_torch
 
-    args = parse_args(argv, "Held-out likelihood (and answer accuracy) of one model.")
+    args = parse_args(
+        argv, "Held-out likelihood (and answer accuracy) of one model.", paradigms=PARADIGMS
+    )
     setup_logging()
     preset = load_preset(args.params)
     config = preset.section("evaluate", EvalConfig)

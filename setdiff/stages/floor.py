@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from setdiff.artifacts import write_json
+from setdiff.files import write_json
 
 
 def main(argv: list[str]) -> None:

@@ -25,9 +25,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from setdiff.artifacts import write_json
 from setdiff.config import ConfigError, check
 from setdiff.evaluate import answer_rows
+from setdiff.files import write_json
 from setdiff.lmeval.config import LmevalConfig
 from setdiff.preset import load_preset
 from setdiff.stages.common import Layout, parse_args, setup_logging
@@ -42,7 +42,7 @@ METRIC = "exact_match,strict-match"
 def main(argv: list[str]) -> None:
     from setdiff.runtime import setup_torch
 
-    args = parse_args(argv, "Answer accuracy through lm-evaluation-harness.", paradigm=False)
+    args = parse_args(argv, "Answer accuracy through lm-evaluation-harness.")
     setup_logging()
     preset = load_preset(args.params)
     config = preset.section("lmeval", LmevalConfig)

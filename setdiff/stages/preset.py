@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from setdiff.artifacts import write_text
 from setdiff.config import ConfigError
+from setdiff.files import write_text
 from setdiff.preset import load_preset
 from setdiff.validate import validate
 

@@ -34,8 +34,8 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from setdiff.ablation import RETRAIN
-from setdiff.artifacts import write_text
 from setdiff.config import ConfigError
+from setdiff.files import write_text
 from setdiff.params import Params
 from setdiff.validate import validate
 

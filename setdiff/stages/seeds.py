@@ -39,8 +39,8 @@ from typing import Any
 import torch
 
 from setdiff import retrain
-from setdiff.artifacts import write_json
 from setdiff.config import ConfigError
+from setdiff.files import write_json
 from setdiff.measure import fingerprint
 from setdiff.preset import load_preset
 from setdiff.recipe import SeedStudyConfig, TaskTrainConfig
@@ -50,9 +50,7 @@ from setdiff.train import TrainConfig
 
 
 def main(argv: list[str]) -> None:
-    args = parse_args(
-        argv, "Seed variance: every paradigm's accuracy per training seed.", paradigm=False
-    )
+    args = parse_args(argv, "Seed variance: every paradigm's accuracy per training seed.")
     setup_logging()
     preset = load_preset(args.params)
     study = preset.section("seeds", SeedStudyConfig)

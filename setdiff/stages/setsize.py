@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from setdiff import retrain
-from setdiff.artifacts import load_model, write_json
+from setdiff.artifacts import load_model
 from setdiff.config import ConfigError
+from setdiff.files import write_json
 from setdiff.initial import weights_sha256
 from setdiff.preset import Preset, load_preset
 from setdiff.recipe import SET_SIZE_KEYS, SetSizeStudyConfig, TaskTrainConfig
@@ -34,7 +35,7 @@ from setdiff.tasks import ANSWER_TASKS
 
 
 def main(argv: list[str]) -> None:
-    args = parse_args(argv, "Set size: diffusion accuracy per set size D.", paradigm=False)
+    args = parse_args(argv, "Set size: diffusion accuracy per set size D.")
     setup_logging()
     preset = load_preset(args.params)
     study = preset.section("setsize", SetSizeStudyConfig)

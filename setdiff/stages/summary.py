@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from metrics_schema import problems
-from setdiff.artifacts import write_json
 from setdiff.config import ConfigError
+from setdiff.files import write_json
 from setdiff.paradigm import PARADIGMS
 from setdiff.preset import Preset, load_preset
 

@@ -20,9 +20,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from setdiff.artifacts import LoadedModel, finite_or_none, load_model, run_id, write_json
+from setdiff.artifacts import LoadedModel, load_model, run_id
 from setdiff.config import ConfigError
+from setdiff.files import finite_or_none, write_json
 from setdiff.measure import Row, count_new_tokens, fingerprint, kv_cache_mb, write_rows
+from setdiff.paradigm import PARADIGMS
 from setdiff.preset import load_preset
 from setdiff.runtime import setup_torch
 from setdiff.sampling.loop import GenerateResult
@@ -49,7 +51,9 @@ log = logging.getLogger(__name__)
 
 
 def main(argv: list[str]) -> None:
-    args = parse_args(argv, "Text quality: verse infilling and unconditional generation.")
+    args = parse_args(
+        argv, "Text quality: verse infilling and unconditional generation.", paradigms=PARADIGMS
+    )
     setup_logging()
     preset = load_preset(args.params)
     config = preset.section("textgen", TextGenConfig)

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from setdiff.artifacts import atomic_dir, sha256_bytes
 from setdiff.config import to_dict
+from setdiff.files import atomic_dir, sha256_bytes
 from setdiff.preset import load_preset
 from setdiff.stages.common import Layout, parse_args, setup_logging
 from setdiff.tasks import TASK_LAYOUTS, read_records
@@ -111,9 +111,7 @@ def write_outputs(
 
 def main(argv: list[str]) -> None:
     """Train ``--task``'s tokenizer on its train split and encode all three splits."""
-    args = parse_args(
-        argv, "Train a task's tokenizer and encode its splits to fixed length.", paradigm=False
-    )
+    args = parse_args(argv, "Train a task's tokenizer and encode its splits to fixed length.")
     setup_logging()
     preset = load_preset(args.params)
     config = preset.section(f"tokenizer.{args.task}", TokenizerConfig)

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from setdiff.artifacts import finite_or_none, write_json
+from setdiff.files import finite_or_none, write_json
 from setdiff.measure import read_rows
 from setdiff.tradeoff import Key, Point, bootstrap, group, matched_speedup, summarize, within_drop
 

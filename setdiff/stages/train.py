@@ -28,14 +28,15 @@ from pathlib import Path
 
 import torch
 
-from setdiff.artifacts import LoadedModel, finite_or_none, run_id, save_model_dir, write_json
+from setdiff.artifacts import LoadedModel, run_id, save_model_dir
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError
 from setdiff.distributed import rank_and_world
 from setdiff.evaluate import SCORING_BATCH, answer_rows
+from setdiff.files import finite_or_none, write_json
 from setdiff.initial import INPUT_NAMES, initial_source, initial_weights, inputs_fingerprint
 from setdiff.model import ModelConfig, Transformer
-from setdiff.paradigm import Paradigm, make_paradigm
+from setdiff.paradigm import PARADIGMS, Paradigm, make_paradigm
 from setdiff.preset import ModelSpec, load_preset
 from setdiff.preset import model_config as model_config  # the former helper (tests call it)
 from setdiff.recipe import CurveConfig, TaskTrainConfig
@@ -54,7 +55,9 @@ _initial_net = initial_weights
 
 
 def main(argv: list[str]) -> None:
-    args = parse_args(argv, "Train one (task, paradigm) model; resumable; torchrun-aware.")
+    args = parse_args(
+        argv, "Train one (task, paradigm) model; resumable; torchrun-aware.", paradigms=PARADIGMS
+    )
     setup_logging()
     preset = load_preset(args.params)
     layout = Layout(args.root, args.task, args.paradigm)

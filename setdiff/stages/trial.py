@@ -47,17 +47,11 @@ from setdiff.ablation import (
     should_prune,
     summarize,
 )
-from setdiff.artifacts import (
-    LoadedModel,
-    finite_or_none,
-    load_model,
-    run_id,
-    save_model_dir,
-    write_json,
-)
+from setdiff.artifacts import LoadedModel, load_model, run_id, save_model_dir
 from setdiff.batching import ArraySplit
 from setdiff.bench.config import BenchRunConfig
 from setdiff.config import ConfigError, build, to_dict
+from setdiff.files import finite_or_none, write_json
 from setdiff.initial import initial_source, initial_weights, inputs_fingerprint
 from setdiff.measure import Configuration, Row, measure
 from setdiff.model import ModelConfig
