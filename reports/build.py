@@ -73,7 +73,7 @@ def item_blocks(made: Made, run: Run, png: Callable[[str, Figure], bytes]) -> li
     if isinstance(output, Figure):
         return [Heading(item.title, 3), Image(item.name, png(item.name, output), item.caption)]
     if isinstance(output, pd.DataFrame) and not output.empty:
-        return [Heading(item.title, 3), Table(output, item.caption)]
+        return [Heading(item.title, 3), Table(output, item.caption, folded=item.folded)]
     if made.error:
         return [Heading(item.title, 3), Text(f"**Not available: failed** ({made.error}).")]
     paths = [m.path for m in run.missing if m.kind in item.needs] or [KINDS[k] for k in item.needs]

@@ -146,7 +146,18 @@ def runs_table(runs: Sequence[Derived], labels: Sequence[str]) -> pd.DataFrame:
             "params preset": d.run.preset or "unknown",
             "checkout revision": git_revision(d.run.root),
             **{k: tables.fmt(first.get(k)) for k in ("git_revision", "params_hash")},
-            **{k: tables.fmt(first.get(k)) for k in ("device", "device_name", "torch", "python")},
+            **{
+                k: tables.fmt(first.get(k))
+                for k in (
+                    "device",
+                    "device_name",
+                    "cpu_model",
+                    "cpu_count",
+                    "threads",
+                    "torch",
+                    "python",
+                )
+            },
             "configurations measured": str(len(d.points)),
             "missing inputs": str(len(d.run.missing)),
         }

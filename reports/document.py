@@ -44,6 +44,8 @@ class Code:
 class Table:
     frame: pd.DataFrame
     caption: str = ""
+    folded: bool = False
+    """Rendered closed (`<details>`, in both renderings): details a reader opens on demand."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -107,6 +109,10 @@ def _md_block(block: Block, figure_dir: str) -> str:
     if isinstance(block, Code):
         return f"```\n{block.text}\n```"
     if isinstance(block, Table):
+        if block.folded:
+            summary = html.escape(block.caption or "details")
+            table = markdown_table(block.frame)
+            return f"<details><summary>{summary}</summary>\n\n{table}\n\n</details>"
         caption = f"{block.caption}\n\n" if block.caption else ""
         return caption + markdown_table(block.frame)
     caption = f"\n\n*{block.caption}*" if block.caption else ""
@@ -147,6 +153,9 @@ def _html_block(block: Block) -> str:
     if isinstance(block, Code):
         return f"<pre><code>{html.escape(defang(block.text))}</code></pre>"
     if isinstance(block, Table):
+        if block.folded:
+            summary = _inline(block.caption or "details")
+            return f"<details><summary>{summary}</summary>{_html_table(block.frame)}</details>"
         caption = f'<p class="caption">{_inline(block.caption)}</p>' if block.caption else ""
         return caption + _html_table(block.frame)
     data = base64.b64encode(block.png).decode("ascii")

@@ -68,6 +68,8 @@ class Item:
     needs: tuple[str, ...]
     make: Callable[[Derived], Output]
     caption: str = ""
+    folded: bool = False
+    """A table of details, rendered closed (`reports.document.Table.folded`)."""
 
 
 def fine_tune_starts(run: Run) -> dict[str, float]:
@@ -385,11 +387,15 @@ ITEMS: tuple[Item, ...] = (
     ),
     Item(
         name="dvc_lock",
-        title="dvc.lock hashes",
+        title="dvc.lock",
         section=PROVENANCE,
         needs=("lock",),
         make=lambda d: _when(d.run.lock, tables.lock_table),
-        caption="md5 of every dependency and output of every stage, as locked when the report ran.",
+        caption=(
+            "One hash per stage (sha256 of its locked deps and outs, first 12 hex digits) and "
+            "one for the whole lock (`all`); every file's md5 is in `dvc.lock` itself."
+        ),
+        folded=True,
     ),
 )
 

@@ -6,6 +6,7 @@ input gives an empty frame; the caller decides what to say about it.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import statistics
 from collections.abc import Sequence
@@ -498,8 +499,29 @@ def fingerprint_table(fingerprints: pd.DataFrame) -> pd.DataFrame:
 
 
 def lock_table(lock: pd.DataFrame) -> pd.DataFrame:
-    """dvc.lock: md5 of every dependency and output of every stage."""
-    return lock.copy() if not lock.empty else pd.DataFrame()
+    """dvc.lock collapsed: per stage its deps and outs counted and hashed together (sha256 over
+    the sorted (kind, path, md5) entries, 12 hex digits), and the same over every stage first."""
+    if lock.empty:
+        return pd.DataFrame()
+
+    def digest(frame: pd.DataFrame) -> str:
+        entries = sorted(
+            f"{r.stage}\t{r.kind}\t{r.path}\t{r.md5}" for r in frame.itertuples(index=False)
+        )
+        return hashlib.sha256("\n".join(entries).encode()).hexdigest()[:12]
+
+    rows = [{"stage": "all", "deps": "", "outs": "", "sha256": digest(lock)}]
+    for stage, group in lock.groupby("stage", sort=False):
+        kinds = group["kind"].value_counts()
+        rows.append(
+            {
+                "stage": stage,
+                "deps": str(kinds.get("dep", 0)),
+                "outs": str(kinds.get("out", 0)),
+                "sha256": digest(group),
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def missing_table(missing: Sequence[Missing], affects: Sequence[str]) -> pd.DataFrame:

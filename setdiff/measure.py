@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+import os
 import platform
 import resource
 import subprocess
@@ -228,6 +229,8 @@ def fingerprint(
             if device.type == "cuda"
             else platform.processor() or platform.machine()
         ),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "python": sys.version.split()[0],
@@ -236,6 +239,18 @@ def fingerprint(
         "params_hash": params_hash,
         "checkpoint_sha256": hashes,
     }
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux ``/proc/cpuinfo``; elsewhere `platform.processor`)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def write_rows(path: str | Path, rows: Sequence[Row]) -> None:

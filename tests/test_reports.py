@@ -457,6 +457,27 @@ def test_batched_table_says_where_set_decoding_stops_beating_ar(derived: Derived
     assert table.loc["ar · transformers", "crossover (best AR)"] == ""
 
 
+def test_dvc_lock_is_one_hash_per_stage_and_one_for_all_folded(
+    derived: Derived, built: Path
+) -> None:
+    """The lock is collapsed (a row per stage, `all` first) and rendered closed in both files;
+    a changed md5 changes its stage's hash and the overall one, not another stage's."""
+    lock = derived.run.lock
+    table = tables.lock_table(lock).set_index("stage")
+    assert list(table.index) == ["all", "bench@arith"]
+    assert table.loc["bench@arith", "deps"] == "1" and table.loc["bench@arith", "outs"] == "1"
+    other = pd.DataFrame([{"stage": "x", "kind": "dep", "path": "p", "md5": "1"}])
+    before = tables.lock_table(pd.concat([lock, other])).set_index("stage")["sha256"]
+    other.loc[0, "md5"] = "2"
+    after = tables.lock_table(pd.concat([lock, other])).set_index("stage")["sha256"]
+    assert after["bench@arith"] == before["bench@arith"]
+    assert after["x"] != before["x"] and after["all"] != before["all"]
+    for name in ("report.md", "report.html"):
+        text = (built / name).read_text()
+        assert "<details><summary>One hash per stage" in text
+        assert "aa11.dir" not in text  # no per-file md5 in the report
+
+
 def test_batched_table_falls_back_to_our_ar_without_the_engine_comparison() -> None:
     frame = pd.DataFrame(
         [{"task": "arith", **r} for r in BATCHED if "transformers" not in r["method"]]
@@ -978,7 +999,7 @@ def test_build_writes_markdown_html_and_figures(built: Path, derived: Derived) -
         assert heading in md
     assert "Not available" not in md
     assert "setdiff preset test && dvc repro" in md
-    assert "`rev0`" in md and "aa11.dir" in md and "2.13.0+cpu" in md
+    assert "`rev0`" in md and "| bench@arith | 1 | 1 |" in md and "2.13.0+cpu" in md
     assert "metrics/tradeoff/arith.json#setdlm_vs_bd3lm | missing: no bd3lm rows" in md
 
 
