@@ -35,6 +35,7 @@ STAGES: dict[str, str] = {
     "backbone": "Backbone study: AR and setdlm accuracy per backbone variant; metrics/.",
     "seeds": "Seed variance: diffusion accuracy per training seed, mean and sd; metrics/.",
     "setsize": "Set size: setdlm/bd3lm fine-tuned at other set sizes D, accuracy; metrics/.",
+    "lossless": "Lossless decoders (setdlm verify) against AR + speculative decoding; metrics/.",
     "summary": "Headline numbers of a run (--write: record metrics/summary.json); ends make run.",
     "dvc-deps": "Check (--check) or write (--write) dvc.yaml's code deps: each stage's imports.",
 }

@@ -32,6 +32,9 @@ class StudyConfig:
     """Answer tasks the seed-variance study (``seeds`` section) runs on: ``seeds@<task>``."""
     setsize: tuple[str, ...] = ()
     """Answer tasks the set-size study (``setsize`` section) runs on: ``setsize@<task>``."""
+    lossless: tuple[str, ...] = ()
+    """Answer tasks whose lossless decoders (setdlm verify, AR + speculative decoding; the
+    ``lossless`` section) are compared: ``lossless@<task>``."""
 
     def __post_init__(self) -> None:
         check(len(self.tasks) > 0, "tasks must not be empty")
@@ -45,12 +48,13 @@ class StudyConfig:
             list(self.diffusion) == expected,
             f"diffusion must list paradigms without ar, in order: {expected}",
         )
-        for name in ("floor", "ablate", "textgen", "backbone", "seeds", "setsize"):
+        for name in ("floor", "ablate", "textgen", "backbone", "seeds", "setsize", "lossless"):
             outside = [t for t in getattr(self, name) if t not in self.tasks]
             check(not outside, f"{name}: {outside} not in tasks {list(self.tasks)}")
-        check(
-            not self.floor or {"ar", "setdlm"} <= set(self.paradigms),
-            "floor compares ar and setdlm: both must be in paradigms",
-        )
+        for name in ("floor", "lossless"):
+            check(
+                not getattr(self, name) or {"ar", "setdlm"} <= set(self.paradigms),
+                f"{name} compares ar and setdlm: both must be in paradigms",
+            )
         streams = [t for t in self.textgen if TASK_LAYOUTS[t] != "stream"]
         check(not streams, f"textgen: {streams} are not text (stream) tasks")

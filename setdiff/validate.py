@@ -13,6 +13,7 @@ from typing import Any
 
 from setdiff.baselines.config import BaselineConfig
 from setdiff.bench.config import BenchRunConfig, configurations, throughput_configurations
+from setdiff.bench.lossless import LosslessConfig, check_windows
 from setdiff.config import ConfigError, to_dict
 from setdiff.evaluate import EvalConfig
 from setdiff.lmeval.config import LmevalConfig
@@ -48,6 +49,7 @@ TOP_LEVEL = (
     "backbone",
     "seeds",
     "setsize",
+    "lossless",
     "lmeval",
 )
 """Every top-level key a preset may hold (each is read by some stage)."""
@@ -76,13 +78,14 @@ def validate(params: Params | Preset) -> StudyConfig:
         _check_decode(preset, name, preset.decode(name), f"decode.{name}")
     answer_only = [
         t
-        for t in (*study.floor, *study.ablate, *study.backbone, *study.seeds, *study.setsize)
+        for name in ("floor", "ablate", "backbone", "seeds", "setsize", "lossless")
+        for t in getattr(study, name)
         if t not in ANSWER_TASKS
     ]
     if answer_only:
         raise ConfigError(
-            f"{path}: study.floor/ablate/backbone/seeds/setsize: {answer_only} have no checkable "
-            f"answers ({sorted(ANSWER_TASKS)})"
+            f"{path}: study.floor/ablate/backbone/seeds/setsize/lossless: {answer_only} have no "
+            f"checkable answers ({sorted(ANSWER_TASKS)})"
         )
     if "backbone" in preset or study.backbone:
         preset.section("backbone", BackboneStudyConfig)
@@ -90,6 +93,10 @@ def validate(params: Params | Preset) -> StudyConfig:
         _validate_retrain(preset, study, "seeds", SeedStudyConfig)
     if "setsize" in preset or study.setsize:
         _validate_retrain(preset, study, "setsize", SetSizeStudyConfig)
+    if "lossless" in preset or study.lossless:
+        lossless = preset.section("lossless", LosslessConfig)
+        if study.lossless:
+            check_windows(lossless, preset.paradigm("setdlm"), str(path))
     if study.ablate and "ablation" not in preset:
         raise ConfigError(f"{path}: study.ablate lists {list(study.ablate)}: add ablation")
     _validate_bench(preset, study)

@@ -3,11 +3,16 @@ to their reference on every prompt, AR is the unit of speed, and the drafts' acc
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from setdiff.bench.lossless import Decoded, _ours, compare
+from setdiff.config import ConfigError
 from setdiff.model import Transformer
 from setdiff.paradigm import SetDLMConfig, make_paradigm
 
@@ -53,9 +58,19 @@ def test_lossless_methods_equal_their_reference(
         lambda tokens, i: float(i % 2),
         eos_id=EOS,
         warmup=PROMPTS[0],
+        best_of=("ar+self k=3", "ar+draft k=2"),
         n_boot=50,
     )
     n = len(PROMPTS)
+    # against the fastest AR + speculative method: every other method but AR and the baselines
+    fastest = max(("ar+self k=3", "ar+draft k=2"), key=lambda m: figures[m]["tokens_per_second"])
+    versus = figures["setdlm verify W=4"]["speedup_vs_best"]
+    assert versus["baseline"] == fastest
+    ratio = (
+        figures["setdlm verify W=4"]["tokens_per_second"] / figures[fastest]["tokens_per_second"]
+    )
+    assert versus["estimate"] == pytest.approx(ratio)
+    assert "speedup_vs_best" not in figures["ar"] and "speedup_vs_best" not in figures[fastest]
     for name in ("ar+self k=3", "ar+draft k=2", "setdlm verify W=4"):
         assert figures[name]["identical_to_reference"] == n, name
         assert figures[name]["draft_acceptance"] is not None, name
@@ -69,3 +84,98 @@ def test_lossless_methods_equal_their_reference(
 
 def test_decoded_defaults() -> None:
     assert Decoded([1, 2], 2).drafts == (0, 0)
+
+
+RECIPE = {"steps": 3, "batch_size": 8, "warmup_steps": 1, "eval_every": 3, "eval_examples": 8}
+PARAMS: dict[str, Any] = {
+    "data": {"seed": 0, "arith": {"n_train": 40, "n_valid": 10, "n_test": 10}},
+    "tokenizer": {"arith": {"kind": "char", "seq_len": 32}},
+    "model": {"arith": {"n_layer": 1, "n_head": 2, "n_kv_head": 1, "d_model": 32, "d_ff": 64}},
+    "train": {"arith": {"ar": RECIPE, "diffusion": dict(RECIPE)}},
+    "paradigm": {"ar": {}, "setdlm": {"set_size": 2, "shift": True}},
+    "decode": {"ar": {}, "setdlm": {"window": 2}},
+    "lossless": {
+        "draft": {"n_layer": 1, "d_model": 16, "n_head": 2, "d_ff": 32},
+        "draft_train": {**RECIPE, "checkpoint_every": 3},
+        "draft_tokens": [1, 2],
+        "windows": [2, 3],
+        "n_select": 3,
+        "n_examples": 4,
+        "transformers": True,
+    },
+}
+
+
+def test_the_stage_chooses_on_validation_and_measures_the_test_prompts_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Draft trained and kept; every k and W on the validation prompts, then only the fastest
+    on the test prompts (read once), with transformers' engines; every method lossless."""
+    from setdiff.stages import lossless, prepare, tokenize
+    from setdiff.stages import train as train_stage
+
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(PARAMS))
+    args = ["--params", str(path), "--task", "arith", "--root", str(tmp_path)]
+    prepare.main(args)
+    tokenize.main(args)
+    for paradigm in ("ar", "setdlm"):
+        train_stage.main([*args, "--paradigm", paradigm])
+    seen: list[tuple[int, list[str]]] = []
+    original = lossless.compare
+
+    def spy(decoders, references, prompts, score, **kw):  # type: ignore[no-untyped-def]
+        seen.append((len(prompts), list(decoders)))
+        return original(decoders, references, prompts, score, **kw)
+
+    monkeypatch.setattr(lossless, "compare", spy)
+    lossless.main(args)
+    out = json.loads((tmp_path / "metrics" / "lossless" / "arith.json").read_text())
+    (n_valid, every), (n_test, chosen) = seen
+    assert n_valid == 3 and n_test == 4
+    assert set(every) == {
+        "ar", "ar+draft k=1", "ar+draft k=2", "hf", "hf+assisted k=1", "hf+assisted k=2",
+        "hf+lookup k=1", "hf+lookup k=2", "setdlm W=1", "setdlm verify W=2", "setdlm verify W=3",
+    }  # fmt: skip
+    k, w = out["selection"]["draft_tokens"], out["selection"]["window"]
+    speeds = out["selection"]["tokens_per_second"]
+    assert speeds[f"ar+draft k={k}"] == max(speeds["ar+draft k=1"], speeds["ar+draft k=2"])
+    assert speeds[f"setdlm verify W={w}"] == max(
+        speeds["setdlm verify W=2"], speeds["setdlm verify W=3"]
+    )
+    assert chosen == [
+        "ar", f"ar+draft k={k}", "hf", f"hf+assisted k={k}", f"hf+lookup k={k}",
+        "setdlm W=1", f"setdlm verify W={w}",
+    ]  # fmt: skip
+    figures = out["figures"]
+    for name, figure in figures.items():
+        if figure["reference"] is not None:
+            assert figure["identical_to_reference"] == 4, name
+    assert figures[f"setdlm verify W={w}"]["speedup_vs_best"]["baseline"] in chosen[1:5]
+    assert out["draft"]["parameters"] < out["regime"]["parameters"]
+    assert (tmp_path / "results" / "lossless" / "arith" / "draft" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda p: None, r"models/arith/ar: no model \(run the train stage"),
+        (
+            lambda p: p["paradigm"]["setdlm"].update(shift=False),
+            r"lossless\.windows: verify needs shifted queries",
+        ),
+        (lambda p: p["lossless"].update(windows=[]), r"lossless.*windows must be >= 1"),
+    ],
+)
+def test_bad_input_stops_the_stage_before_any_compute(
+    tmp_path: Path, edit: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    from setdiff.stages import lossless
+
+    params = json.loads(json.dumps(PARAMS))
+    edit(params)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    with pytest.raises(ConfigError, match=message) as err:
+        lossless.main(["--params", str(path), "--task", "arith", "--root", str(tmp_path)])
+    assert "\n" not in str(err.value)

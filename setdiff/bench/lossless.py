@@ -1,44 +1,77 @@
 """Lossless decoders side by side at batch 1: AR greedy, AR with speculative decoding, and
-self-speculative set decoding, each against the greedy decode it must reproduce.
+self-speculative set decoding, each against the greedy decode it must reproduce (the
+``lossless`` stage, `setdiff.stages.lossless`, runs it on a run's models).
 
-    python -m setdiff.bench.lossless --root RUN --task arith --draft DRAFT_MODEL_DIR
-        [--draft-tokens 2,4] [--windows 4,8] [--split valid|test] [--n-examples 500]
-        [--transformers] [--out metrics/bench/lossless.json]
-
-Methods (each decodes every prompt once per round, interleaved per example, after an unrecorded
-warm-up prompt; wall time per example with the prefill, `setdiff.measure.timed`):
+Methods (each decodes every prompt once, interleaved per example, after an unrecorded warm-up
+prompt; wall time per example with the prefill, `setdiff.measure.timed`):
 - ``ar``: our AR model, greedy (the reference of every AR method);
-- ``ar+draft k=K``: our engine, the draft model (a small AR model of the same vocabulary)
-  proposing K tokens that one forward of the AR model checks (``generate(draft=, draft_tokens=)``);
-- ``hf``, ``hf+assisted k=K``, ``hf+lookup k=K`` (``--transformers``): the AR model exported to
-  Hugging Face, ``generate`` plain, with the exported draft as ``assistant_model``, and with
-  prompt lookup decoding;
+- ``ar+draft k=K``: our engine, a draft model (a small AR model of the same vocabulary, trained
+  by the stage) proposing K tokens that one forward of the AR model checks
+  (``generate(draft=, draft_tokens=)``);
+- ``hf``, ``hf+assisted k=K``, ``hf+lookup k=K`` (`LosslessConfig.transformers`): the AR model
+  exported to Hugging Face, ``generate`` plain, with the exported draft as ``assistant_model``,
+  and with prompt lookup decoding;
 - ``setdlm W=1`` (the reference of verify) and ``setdlm verify W=W``.
 Per method: accuracy (exact match), tokens/s, tokens per forward of the verifying model, the
 drafts' acceptance rate, the rows identical to the method's reference (n/N), and tokens/s over
-AR's with a paired 95% bootstrap CI over examples.
+AR's, and over the fastest AR + speculative method's, each with a paired 95% bootstrap CI over
+examples.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from setdiff.artifacts import load_model
-from setdiff.evaluate import score_answer
-from setdiff.files import write_json
-from setdiff.measure import count_new_tokens, fingerprint, timed
-from setdiff.runtime import setup_torch
+from setdiff.config import ConfigError, check, frozen
+from setdiff.measure import count_new_tokens, timed
+from setdiff.paradigm import make_paradigm
 from setdiff.sampling.loop import generate
-from setdiff.tasks import read_records
 from setdiff.tradeoff import bootstrap, group, summarize
+from setdiff.train import TrainConfig
+
+
+@frozen
+class DraftModelConfig:
+    """The draft's architecture (vocabulary and context are the task's, as the AR model's)."""
+
+    n_layer: int = 1
+    d_model: int = 64
+    n_head: int = 2
+    d_ff: int = 128
+
+    def __post_init__(self) -> None:
+        check(self.n_layer >= 1 and self.d_model >= 1, "n_layer and d_model must be >= 1")
+        check(self.d_model % self.n_head == 0, "d_model must be a multiple of n_head")
+
+
+@frozen
+class LosslessConfig:
+    """``lossless``: the draft model the stage trains and the lossless comparison it runs."""
+
+    draft: DraftModelConfig = DraftModelConfig()
+    draft_train: TrainConfig = TrainConfig(steps=1500, batch_size=64, warmup_steps=100)
+    """The draft's recipe (AR loss on the task's training split, from scratch)."""
+    draft_tokens: tuple[int, ...] = (2, 4)
+    """k of the AR drafts, chosen on the validation prompts (the fastest)."""
+    windows: tuple[int, ...] = (4, 8)
+    """W of setdlm verify, chosen on the validation prompts (the fastest)."""
+    n_select: int = 100
+    """Validation prompts (the first ones) that choose k and W."""
+    n_examples: int = 500
+    """Test prompts (the first ones) measured once, at the chosen k and W."""
+    transformers: bool = True
+    """Also transformers' generate: plain, assisted by the draft, and prompt lookup."""
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        check(self.draft_tokens and min(self.draft_tokens) >= 1, "draft_tokens must be >= 1")
+        check(self.windows and min(self.windows) >= 1, "windows must be >= 1")
+        check(self.n_select >= 1 and self.n_examples >= 1, "n_select, n_examples must be >= 1")
+        check(self.threads >= 1, "threads must be >= 1")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -61,12 +94,15 @@ def compare(
     *,
     eos_id: int,
     warmup: list[int],
+    best_of: Sequence[str] = (),
     n_boot: int = 1000,
 ) -> dict[str, Any]:
     """Every decoder on every prompt, interleaved per example; figures per decoder.
 
     `references[name]`: the decoder whose tokens `name` must reproduce (lossless), if any;
-    `score(tokens, example)`: 1.0 for an exact answer. Speedups are over decoder ``ar``."""
+    `score(tokens, example)`: 1.0 for an exact answer. Speedups are over decoder ``ar``, and for
+    every decoder outside `best_of` also over the fastest of `best_of` (the AR + speculative
+    baselines) on these prompts (``speedup_vs_best``)."""
     for decode in decoders.values():
         decode(warmup)
     rows: list[dict[str, Any]] = []
@@ -90,6 +126,7 @@ def compare(
     grouped = group(rows)
     points = summarize(grouped)
     ar = ("ar", "lossless", "ar")
+    best = max(best_of, key=lambda n: points[(n, "lossless", n)].tokens_per_second, default=None)
     figures = {}
     for name in decoders:
         key = (name, "lossless", name)
@@ -115,6 +152,19 @@ def compare(
             "n": len(prompts),
             "speedup_vs_ar": {"estimate": speedup[0], "ci95": [speedup[1], speedup[2]]},
         }
+        if best is not None and name not in best_of and name != "ar":
+            over = bootstrap(
+                grouped,
+                lambda pts, k=key, b=(best, "lossless", best): (
+                    pts[k].tokens_per_second / pts[b].tokens_per_second
+                ),
+                n_boot=n_boot,
+            )
+            figures[name]["speedup_vs_best"] = {
+                "baseline": best,
+                "estimate": over[0],
+                "ci95": [over[1], over[2]],
+            }
     return figures
 
 
@@ -138,87 +188,68 @@ def _hf(model: Any, seq_len: int, eos: int, **options: Any) -> Decoder:
     return decode
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m setdiff.bench.lossless",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--root", default=".", help="holds models/<task>/ and data/<task>/")
-    parser.add_argument("--task", default="arith")
-    parser.add_argument("--draft", required=True, help="the draft: an AR model directory")
-    parser.add_argument("--draft-tokens", default="2,4", help="k of the AR drafts")
-    parser.add_argument("--windows", default="4,8", help="W of setdlm verify")
-    parser.add_argument("--split", default="test", choices=["test", "valid"])
-    parser.add_argument("--n-examples", type=int, default=500)
-    parser.add_argument("--transformers", action="store_true", help="add the HF engines")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", default="metrics/bench/lossless.json")
-    args = parser.parse_args(argv)
-    setup_torch(threads=args.threads, seed=0)
-    root, task = Path(args.root), args.task
-    ar = load_model(root / "models" / task / "ar", paradigm="ar", task=task)
-    draft = load_model(args.draft, paradigm="ar", task=task)
-    setdlm = load_model(root / "models" / task / "setdlm", paradigm="setdlm", task=task)
-    tok, seq_len = ar.tokenizer, ar.net.config.max_seq_len
-    eos = tok.eos_id
-    records = read_records(root / "data" / task / "raw" / f"{args.split}.jsonl", task)
-    records = records[: args.n_examples]
-    prompts = [[tok.bos_id] + tok.encode(r["prompt"]) for r in records]
-    ks = [int(k) for k in args.draft_tokens.split(",")]
-    windows = [int(w) for w in args.windows.split(",")]
-    decoders: dict[str, Decoder] = {"ar": _ours(ar, seq_len, eos)}
-    references: dict[str, str] = {}
-    for k in ks:
-        decoders[f"ar+draft k={k}"] = _ours(ar, seq_len, eos, draft=draft, draft_tokens=k)
-        references[f"ar+draft k={k}"] = "ar"
-    if args.transformers:
-        from setdiff.baselines.hf_engine import load_hf_model
-        from setdiff.hf import export_hf
+@dataclasses.dataclass(frozen=True, slots=True)
+class Models:
+    """What the comparison decodes: the AR model, its draft, setdlm, and (optional) the AR model
+    and the draft loaded into transformers."""
 
-        tmp = Path(tempfile.mkdtemp(prefix="lossless-hf."))
-        hf_ar = load_hf_model(export_hf(root / "models" / task / "ar", tmp / "ar"))
-        hf_draft = load_hf_model(export_hf(Path(args.draft), tmp / "draft"))
-        decoders["hf"] = _hf(hf_ar, seq_len, eos)
+    ar: Any
+    draft: Any
+    setdlm: Any
+    hf_ar: Any = None
+    hf_draft: Any = None
+
+
+def decoders(
+    models: Models, ks: Sequence[int], windows: Sequence[int]
+) -> tuple[dict[str, Decoder], dict[str, str], list[str]]:
+    """The decoders at draft sizes `ks` and windows `windows`, each one's reference, and the
+    names of the AR + speculative baselines."""
+    tok, seq_len = models.ar.tokenizer, models.ar.net.config.max_seq_len
+    eos = tok.eos_id
+    out: dict[str, Decoder] = {"ar": _ours(models.ar, seq_len, eos)}
+    references: dict[str, str] = {}
+    speculative: list[str] = []
+    for k in ks:
+        name = f"ar+draft k={k}"
+        out[name] = _ours(models.ar, seq_len, eos, draft=models.draft, draft_tokens=k)
+        references[name] = "ar"
+        speculative.append(name)
+    if models.hf_ar is not None:
+        out["hf"] = _hf(models.hf_ar, seq_len, eos)
         references["hf"] = "ar"
         for k in ks:
-            decoders[f"hf+assisted k={k}"] = _hf(
-                hf_ar, seq_len, eos, assistant_model=hf_draft, assistant_tokens=k
+            assisted, lookup = f"hf+assisted k={k}", f"hf+lookup k={k}"
+            out[assisted] = _hf(
+                models.hf_ar, seq_len, eos, assistant_model=models.hf_draft, assistant_tokens=k
             )
-            decoders[f"hf+lookup k={k}"] = _hf(hf_ar, seq_len, eos, prompt_lookup_num_tokens=k)
-            references[f"hf+assisted k={k}"] = references[f"hf+lookup k={k}"] = "ar"
-    decoders["setdlm W=1"] = _ours(setdlm, seq_len, eos, window=1)
+            out[lookup] = _hf(models.hf_ar, seq_len, eos, prompt_lookup_num_tokens=k)
+            references[assisted] = references[lookup] = "ar"
+            speculative += [assisted, lookup]
+    out["setdlm W=1"] = _ours(models.setdlm, seq_len, eos, window=1)
     for w in windows:
-        decoders[f"setdlm verify W={w}"] = _ours(setdlm, seq_len, eos, window=w, verify=True)
+        out[f"setdlm verify W={w}"] = _ours(models.setdlm, seq_len, eos, window=w, verify=True)
         references[f"setdlm verify W={w}"] = "setdlm W=1"
-
-    def score(tokens: list[int], i: int) -> float:
-        return float(score_answer(task, tok.decode(tokens), records[i])[1] == 1.0)
-
-    with torch.inference_mode():
-        figures = compare(decoders, references, prompts, score, eos_id=eos, warmup=prompts[0])
-    regime = {"batch_size": 1, "threads": args.threads, "device": "cpu", "split": args.split}
-    out = {
-        "task": task,
-        "regime": regime,
-        "draft": str(args.draft),
-        "draft_parameters": draft.net.num_parameters(),
-        "parameters": ar.net.num_parameters(),
-        "figures": figures,
-        "fingerprint": fingerprint(torch.device("cpu"), params_hash="cli"),
-    }
-    write_json(Path(args.out), out)
-    for name, f in figures.items():
-        s = f["speedup_vs_ar"]
-        same = "" if f["reference"] is None else f"  same as {f['reference']}: "
-        same += "" if f["reference"] is None else f"{f['identical_to_reference']}/{f['n']}"
-        print(
-            f"{name:<22} acc {f['accuracy']:.3f}  {f['tokens_per_second']:8.1f} tok/s  "
-            f"x{s['estimate']:.2f} [{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}]  "
-            f"tok/fwd {f['tokens_per_forward']:.2f}  accepted {f['draft_acceptance']}{same}"
-        )
-    print(json.dumps({"regime": regime, "n": len(prompts)}))
+    return out, references, speculative
 
 
-if __name__ == "__main__":
-    main()
+def fastest(figures: Mapping[str, Mapping[str, Any]], prefix: str) -> str:
+    """The decoder named ``<prefix>...`` with the most tokens/s (the validation choice)."""
+    named = [n for n in figures if n.startswith(prefix)]
+    return max(named, key=lambda n: figures[n]["tokens_per_second"])
+
+
+def knob(name: str) -> int:
+    """``"ar+draft k=2"`` -> 2."""
+    return int(name.rsplit("=", 1)[1])
+
+
+def check_windows(config: LosslessConfig, setdlm: Any, where: str) -> None:
+    """Every window decodes with verify on this setdlm config (shifted queries): checked from
+    the preset, before any compute."""
+    paradigm = make_paradigm("setdlm", setdlm, mask_id=0)
+    for window in config.windows:
+        try:
+            paradigm.decode_policy({"window": window, "verify": True})
+        except ValueError as err:
+            raise ConfigError(f"{where}: lossless.windows: {err}") from None
