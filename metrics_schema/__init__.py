@@ -118,6 +118,16 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
         _fraction("rows.*.ar"),
         _count("rows.*.parameters"),
     ),
+    "lossless": (
+        _fraction("figures.*.accuracy", required=True),
+        _ratio("figures.*.tokens_per_second", required=True),
+        _ratio("figures.*.tokens_per_forward"),
+        _fraction("figures.*.draft_acceptance", nullable=True),
+        _count("figures.*.identical_to_reference", nullable=True),
+        _count("figures.*.n"),
+        _ratio("figures.*.speedup_vs_ar.estimate"),
+        _ratio("figures.*.speedup_vs_best.estimate"),
+    ),
     "lmeval": (
         _fraction("engines.*.lmeval_accuracy"),
         _fraction("engines.*.setdiff_accuracy"),

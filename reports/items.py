@@ -201,6 +201,20 @@ ITEMS: tuple[Item, ...] = (
         ),
     ),
     Item(
+        name="lossless",
+        title="Lossless decoders: setdlm verify against AR with speculative decoding",
+        section=TRADEOFF,
+        needs=("lossless",),
+        make=lambda d: _when(d.run.lossless, tables.lossless_table),
+        caption=(
+            "`setdiff lossless`: every method decodes every test prompt greedily at batch 1, "
+            "interleaved per example; each lossless method's tokens are compared with its "
+            "reference on every prompt (AR for the AR methods, setdlm W = 1 for verify). The "
+            "draft size k and the window W are the fastest on the validation prompts; the "
+            "test prompts are read once. Ratios with paired 95% bootstrap CIs over prompts."
+        ),
+    ),
+    Item(
         name="set_size",
         title="Set size",
         section=TRADEOFF,

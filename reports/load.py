@@ -55,6 +55,7 @@ KINDS: dict[str, str] = {
     "backbone": "metrics/backbone/<task>.json",
     "seeds": "metrics/seeds/<task>.json",
     "setsize": "metrics/setsize/<task>.json",
+    "lossless": "metrics/lossless/<task>.json",
     "lmeval": "metrics/lmeval/<task>/summary.json",
     "batched": "results/throughput/<task>.json",
     "params": "params.yaml",
@@ -91,6 +92,9 @@ class Run:
     """Seed variance: one row per (task, paradigm): seeds, accuracies, mean, sd, binomial_se."""
     setsize: pd.DataFrame
     """Set-size study: one row per (task, paradigm, set size): accuracy, window, steps."""
+    lossless: pd.DataFrame
+    """Lossless decoders: one row per (task, method) of the test prompts, with the validation
+    choice (k, W, n_select) and the regime repeated on each row."""
     lmeval: pd.DataFrame
     """lm-eval vs our scorer: one row per (task, engine), as the lmeval stage wrote them."""
     batched: pd.DataFrame
@@ -308,6 +312,40 @@ def _load_setsize(root: Path, params: dict[str, Any], log: MissingLog) -> pd.Dat
     return pd.DataFrame(records)
 
 
+def _load_lossless(root: Path, params: dict[str, Any], log: MissingLog) -> pd.DataFrame:
+    """``metrics/lossless/<task>.json`` of the tasks the study lists or that exist."""
+    why = "not run (study.lossless empty)"
+    records = []
+    for task, data in _study_files(root, params, log, "lossless", why):
+        figures = data.get("figures") if isinstance(data.get("figures"), dict) else {}
+        choice = data.get("selection") if isinstance(data.get("selection"), dict) else {}
+        regime = data.get("regime") if isinstance(data.get("regime"), dict) else {}
+        for method, row in figures.items():
+            if not isinstance(row, dict):
+                continue
+            flat = {k: v for k, v in row.items() if not isinstance(v, dict)}
+            for key in ("speedup_vs_ar", "speedup_vs_best"):
+                ratio = row.get(key) if isinstance(row.get(key), dict) else {}
+                ci = ratio.get("ci95") if isinstance(ratio.get("ci95"), list) else [None, None]
+                flat |= {key: ratio.get("estimate"), f"{key}_lo": ci[0], f"{key}_hi": ci[1]}
+                flat |= (
+                    {f"{key}_baseline": ratio.get("baseline")} if key == "speedup_vs_best" else {}
+                )
+            records.append(
+                {
+                    "task": task,
+                    "method": method,
+                    **flat,
+                    "chosen_k": choice.get("draft_tokens"),
+                    "chosen_w": choice.get("window"),
+                    "n_select": choice.get("n"),
+                    "threads": regime.get("threads"),
+                    "device": regime.get("device"),
+                }
+            )
+    return pd.DataFrame(records)
+
+
 def _load_lmeval(root: Path, params: dict[str, Any], log: MissingLog) -> pd.DataFrame:
     """``metrics/lmeval/<task>/summary.json`` of the tasks params list or that exist."""
     tasks = _union(_get(params, "lmeval.tasks") or [], _subdirs(root / "metrics/lmeval"))
@@ -424,6 +462,7 @@ def load_run(root: Path | str) -> Run:
         backbone=_load_backbone(root, params, log),
         seeds=_load_seeds(root, params, log),
         setsize=_load_setsize(root, params, log),
+        lossless=_load_lossless(root, params, log),
         lmeval=_load_lmeval(root, params, log),
         batched=_load_batched(root, expect, log),
         lock=_load_lock(root, log),

@@ -416,6 +416,44 @@ def _decode_label(decode: object) -> str:
     return " ".join(parts)
 
 
+def lossless_table(lossless: pd.DataFrame) -> pd.DataFrame:
+    """One row per lossless method of the test prompts: accuracy, tokens/s (3 significant
+    figures), tokens per forward, drafts accepted, rows identical to its reference (n/N), and
+    the speedups over AR and over the fastest AR + speculative method with their paired CIs."""
+    if lossless.empty:
+        return pd.DataFrame()
+    rows = []
+    for r in lossless.to_dict("records"):
+        accepted = r.get("draft_acceptance")
+        reference = r.get("reference")
+        same = r.get("identical_to_reference")
+        rows.append(
+            {
+                "task": r["task"],
+                "method": r["method"],
+                "accuracy": fmt(r.get("accuracy"), ".3f"),
+                "tokens/s": fmt_rate(r.get("tokens_per_second")),
+                "tokens/forward": fmt(r.get("tokens_per_forward"), ".2f"),
+                "drafts accepted": "" if _blank(accepted) else f"{accepted:.0%}",
+                "identical to its reference": ""
+                if _blank(reference) or _blank(same)
+                else f"{reference}: {int(same)}/{int(r.get('n'))}",
+                "× AR [95% CI]": _ratio_ci(r, "speedup_vs_ar"),
+                "× fastest AR + speculative [95% CI]": ""
+                if _blank(r.get("speedup_vs_best"))
+                else f"{_ratio_ci(r, 'speedup_vs_best')} vs {r.get('speedup_vs_best_baseline')}",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _ratio_ci(row: dict[str, Any], key: str) -> str:
+    value = row.get(key)
+    if _blank(value):
+        return ""
+    return fmt_ci(value, row.get(f"{key}_lo"), row.get(f"{key}_hi"), ".2f")
+
+
 def setsize_table(
     setsize: pd.DataFrame, evaluate: pd.DataFrame, train: pd.DataFrame
 ) -> pd.DataFrame:

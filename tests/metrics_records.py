@@ -67,3 +67,39 @@ AGAINST_BEST_AR = {
         "crossover_vs": {"ar": 16, "ar · transformers": 4},
     }
 }
+
+
+def _lossless_figure(accuracy: float, rate: float, reference: str | None, **extra: Any) -> dict:
+    return {
+        "accuracy": accuracy,
+        "tokens_per_second": rate,
+        "tokens_per_forward": extra.pop("per_forward", 1.0),
+        "draft_acceptance": extra.pop("accepted", None),
+        "reference": reference,
+        "identical_to_reference": None if reference is None else 60,
+        "n": 60,
+        "speedup_vs_ar": {"estimate": rate / 600.0, "ci95": [rate / 620.0, rate / 580.0]},
+        **extra,
+    }
+
+
+# metrics/lossless/<task>.json as the lossless stage writes it (60 test prompts)
+LOSSLESS = {
+    "task": "arith",
+    "regime": {"batch_size": 1, "threads": 1, "device": "cpu", "parameters": 661632},
+    "draft": {"parameters": 44000, "final_eval_loss": 0.52, "seconds": 36.0},
+    "selection": {"split": "valid", "n": 100, "draft_tokens": 2, "window": 8},
+    "figures": {
+        "ar": _lossless_figure(0.95, 600.0, None),
+        "ar+draft k=2": _lossless_figure(0.95, 732.0, "ar", per_forward=2.15, accepted=0.7),
+        "setdlm W=1": _lossless_figure(0.94, 534.0, None),
+        "setdlm verify W=8": _lossless_figure(
+            0.94,
+            1236.0,
+            "setdlm W=1",
+            per_forward=2.97,
+            accepted=0.63,
+            speedup_vs_best={"baseline": "ar+draft k=2", "estimate": 1.69, "ci95": [1.64, 1.74]},
+        ),
+    },
+}

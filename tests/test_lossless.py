@@ -154,6 +154,20 @@ def test_the_stage_chooses_on_validation_and_measures_the_test_prompts_once(
     assert figures[f"setdlm verify W={w}"]["speedup_vs_best"]["baseline"] in chosen[1:5]
     assert out["draft"]["parameters"] < out["regime"]["parameters"]
     assert (tmp_path / "results" / "lossless" / "arith" / "draft" / "model.safetensors").is_file()
+    # the report reads what the stage wrote: one row per test method, none missing
+    from reports import tables
+    from reports.load import load_run
+
+    run = load_run(tmp_path)
+    assert not [m for m in run.missing if m.kind == "lossless"]
+    table = tables.lossless_table(run.lossless).set_index("method")
+    assert list(table.index) == chosen
+    assert table.loc[f"setdlm verify W={w}", "identical to its reference"] == "setdlm W=1: 4/4"
+    assert table.loc["ar", "× AR [95% CI]"].startswith("1.00")
+    assert table.loc[f"setdlm verify W={w}", "× fastest AR + speculative [95% CI]"].endswith(
+        f"vs {figures[f'setdlm verify W={w}']['speedup_vs_best']['baseline']}"
+    )
+    assert table.loc["ar", "× fastest AR + speculative [95% CI]"] == ""
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ FILES = {
     "seeds": "metrics/seeds/*.json",
     "backbone": "metrics/backbone/*.json",
     "lmeval": "metrics/lmeval/*/summary.json",
+    "lossless": "metrics/lossless/*.json",
 }
 EVALUATE = {
     "task": "arith",

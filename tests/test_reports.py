@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 import yaml
 from matplotlib.figure import Figure
-from metrics_records import AGAINST_BEST_AR, BATCHED
+from metrics_records import AGAINST_BEST_AR, BATCHED, LOSSLESS
 from PIL import Image
 
 from reports import analysis, figures, findings, items, study, tables
@@ -427,6 +427,7 @@ def write_run(root: Path, seed: int = 0, speed: float = 1.0, preset: str = "test
     _json(root / "metrics/backbone/arith.json", BACKBONE)
     _json(root / "metrics/seeds/arith.json", SEEDS)
     _json(root / "metrics/setsize/arith.json", SETSIZE)
+    _json(root / "metrics/lossless/arith.json", LOSSLESS)
     _json(root / "metrics/lmeval/arith/summary.json", LMEVAL)
     _json(
         root / "results/throughput/arith.json",
@@ -476,6 +477,20 @@ def test_dvc_lock_is_one_hash_per_stage_and_one_for_all_folded(
         text = (built / name).read_text()
         assert "<details><summary>One hash per stage" in text
         assert "aa11.dir" not in text  # no per-file md5 in the report
+
+
+def test_lossless_table_shows_every_method_against_ar_and_the_best_speculative(
+    derived: Derived,
+) -> None:
+    table = tables.lossless_table(derived.run.lossless).set_index("method")
+    assert list(table.index) == ["ar", "ar+draft k=2", "setdlm W=1", "setdlm verify W=8"]
+    verify = table.loc["setdlm verify W=8"]
+    assert verify["tokens/s"] == "1,240" and verify["tokens/forward"] == "2.97"
+    assert verify["drafts accepted"] == "63%"
+    assert verify["identical to its reference"] == "setdlm W=1: 60/60"
+    assert verify["× AR [95% CI]"] == "2.06 [1.99, 2.13]"
+    assert verify["× fastest AR + speculative [95% CI]"] == "1.69 [1.64, 1.74] vs ar+draft k=2"
+    assert table.loc["ar", "identical to its reference"] == ""
 
 
 def test_batched_table_falls_back_to_our_ar_without_the_engine_comparison() -> None:
