@@ -128,7 +128,7 @@ def summary_blocks(d: Derived, revision: str, date: str) -> list[Block]:
     run = d.run
     tasks = sorted(set(run.rows.get("task", [])) | set(run.evaluate.get("task", [])))
     series = list(dict.fromkeys(d.points.get("series", [])))
-    shows = findings(run.evaluate, run.comparisons, run.backbone, run.setsize)
+    shows = findings(run.evaluate, run.comparisons, run.backbone, run.setsize, run.fingerprints)
     return [
         Heading(f"Trade-off report: preset `{run.preset or 'unknown'}`", 1),
         Heading("What this run shows"),

@@ -27,12 +27,42 @@ def _comparison(task: str, name: str, body: Any) -> dict[str, Any]:
     ci = body.get("ci95") or [None, None]
     row |= {"speedup": body.get("speedup"), "ci_lo": ci[0], "ci_hi": ci[1]}
     row |= _point_fields(body.get(method), "method") | _point_fields(body.get(baseline), "baseline")
+    row |= _accuracy_diff(body)
     if "accuracy_level" in body:
         row["matched"] = f"accuracy ≥ {body['accuracy_level']:.3g}"
+    elif body.get("anchor") == "ar" and "max_drop" in body:
+        row["matched"] = f"within {body['max_drop']:.3g} of ar's accuracy"
     elif isinstance(body.get("reference"), dict) and "max_drop" in body:
         ref = body["reference"]
         row["matched"] = f"within {body['max_drop']:.3g} of {method} {ref.get('config')!r}"
     return row | _selection(body, row.get("matched"))
+
+
+def _accuracy_diff(body: dict[str, Any]) -> dict[str, Any]:
+    """The test accuracy difference (method minus baseline) with its paired CI, and whether the
+    method dominates, where the stage computed them."""
+    diff = body.get("accuracy_diff")
+    if not isinstance(diff, dict):
+        return {}
+    ci = diff.get("ci95") if isinstance(diff.get("ci95"), list) else [None, None]
+    out = {"accuracy_diff": diff.get("estimate"), "diff_lo": ci[0], "diff_hi": ci[1]}
+    return out | ({"dominates": body["dominates"]} if "dominates" in body else {})
+
+
+def _lossy(task: str, body: Any) -> list[dict[str, Any]]:
+    """The headline's lossy operating points: setdlm faster than the tolerance allows."""
+    points = body.get("lossy") if isinstance(body, dict) else None
+    rows = []
+    for point in points if isinstance(points, list) else []:
+        if not isinstance(point, dict):
+            continue
+        ci = point.get("ci95") or [None, None]
+        row = {"task": task, "comparison": "setdlm vs ar (lossy)", "speedup": point.get("speedup")}
+        row |= {"ci_lo": ci[0], "ci_hi": ci[1], "matched": "outside the tolerance: accuracy cost"}
+        row |= _point_fields(point.get("setdlm"), "method")
+        row |= _point_fields(body.get("ar"), "baseline") | _accuracy_diff(point)
+        rows.append(row)
+    return rows
 
 
 def _selection(body: dict[str, Any], matched: str | None) -> dict[str, Any]:
@@ -42,6 +72,15 @@ def _selection(body: dict[str, Any], matched: str | None) -> dict[str, Any]:
     if matched is None or not isinstance(chosen, dict) or "split" not in chosen:
         return {}
     text = f"{matched}; chosen on {chosen.get('n', '?')} {chosen['split']} prompts"
+    diff = body.get("accuracy_diff")
+    if body.get("anchor") == "ar" and isinstance(diff, dict):
+        ci = diff.get("ci95") if isinstance(diff.get("ci95"), list) else []
+        if isinstance(diff.get("estimate"), int | float):
+            text += f"; on test {diff['estimate']:+.3f}"
+            if len(ci) == 2 and all(isinstance(v, int | float) for v in ci):
+                text += f" [{ci[0]:+.3f}, {ci[1]:+.3f}]"
+            text += " against ar"
+        return {"matched": text}
     drop = body.get("test_drop")
     if isinstance(drop, dict) and isinstance(drop.get("estimate"), int | float):
         text += f"; on test {drop['estimate']:.3g}"
@@ -87,7 +126,9 @@ def _comparison_rank(row: dict[str, Any]) -> int:
     prefixes = ("setdlm vs ar · ", "ar · ")
     if name == "setdlm vs ar":
         return 0
-    return next((i + 1 for i, p in enumerate(prefixes) if name.startswith(p)), len(prefixes) + 1)
+    if name == "setdlm vs ar (lossy)":
+        return 1
+    return next((i + 2 for i, p in enumerate(prefixes) if name.startswith(p)), len(prefixes) + 2)
 
 
 def flatten_tradeoff(task: str, data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -100,4 +141,6 @@ def flatten_tradeoff(task: str, data: dict[str, Any]) -> list[dict[str, Any]]:
             rows += _engine_comparisons(task, body, setdlm)
         elif "_vs_" in name:
             rows.append(_comparison(task, name, body))
+            if name == "setdlm_vs_ar":
+                rows += _lossy(task, body)
     return sorted(rows, key=_comparison_rank)

@@ -52,8 +52,11 @@ def accuracy_sentences(evaluate: pd.DataFrame) -> list[str]:
     return out
 
 
-def speedup_sentences(comparisons: pd.DataFrame) -> list[str]:
-    """The headline: setdlm over our AR decoder at matched accuracy, with its CI."""
+def speedup_sentences(
+    comparisons: pd.DataFrame, fingerprints: pd.DataFrame | None = None
+) -> list[str]:
+    """The headline: setdlm over our AR decoder within the tolerance of AR's accuracy, with its
+    CI, both test accuracies and the regime (batch 1, the bench's threads and device)."""
     if comparisons.empty or "comparison" not in comparisons:
         return []
     out = []
@@ -66,11 +69,27 @@ def speedup_sentences(comparisons: pd.DataFrame) -> list[str]:
         ci = "" if pd.isna(lo) or pd.isna(hi) else f" [95% CI {lo:.2f}–{hi:.2f}]"
         matched = row.get("matched") if isinstance(row.get("matched"), str) else "matched"
         accuracy = float(row.get("method_accuracy", math.nan))
+        ar = float(row.get("baseline_accuracy", math.nan))
         out.append(
             f"setdlm decodes {row['speedup']:.2f}×{ci} as many tokens/s as AR on {row['task']} "
-            f"({matched}; setdlm {row.get('method_config')}, accuracy {accuracy:.3f})."
+            f"{_regime(fingerprints, row['task'])}({matched}; setdlm {row.get('method_config')}, "
+            f"accuracy {accuracy:.3f} against AR's {ar:.3f})."
         )
     return out
+
+
+def _regime(fingerprints: pd.DataFrame | None, task: str) -> str:
+    """``at batch 1, 1 thread, cpu `` from the bench fingerprint of `task` (batch 1 always)."""
+    if fingerprints is None or fingerprints.empty:
+        return "at batch 1 "
+    mine = fingerprints[fingerprints["task"] == task].set_index("key")["value"]
+    threads, device = mine.get("threads"), mine.get("device_name") or mine.get("device")
+    parts = ["batch 1"]
+    if threads is not None and not pd.isna(threads):
+        parts.append(f"{threads} thread{'s' if str(threads) != '1' else ''}")
+    if device is not None and not pd.isna(device):
+        parts.append(str(device))
+    return "at " + ", ".join(parts) + " "
 
 
 def backbone_sentences(backbone: pd.DataFrame) -> list[str]:
@@ -124,11 +143,12 @@ def findings(
     comparisons: pd.DataFrame,
     backbone: pd.DataFrame,
     setsize: pd.DataFrame,
+    fingerprints: pd.DataFrame | None = None,
 ) -> list[str]:
     """Every sentence of the report's opening paragraph, in reading order."""
     return (
         accuracy_sentences(evaluate)
         + setsize_sentences(setsize, evaluate)
-        + speedup_sentences(comparisons)
+        + speedup_sentences(comparisons, fingerprints)
         + backbone_sentences(backbone)
     )

@@ -176,6 +176,8 @@ def speedup_table(comparisons: pd.DataFrame) -> pd.DataFrame:
             speedup = f"missing: {missing}"
         else:
             speedup = f"{fmt_ci(row.get('speedup'), row.get('ci_lo'), row.get('ci_hi'), '.2f')}×"
+        diff = row.get("accuracy_diff")
+        dominates = row.get("dominates")
         records.append(
             {
                 "task": row["task"],
@@ -184,6 +186,10 @@ def speedup_table(comparisons: pd.DataFrame) -> pd.DataFrame:
                 "matched at": fmt(row.get("matched")),
                 "method config": _side(row, "method"),
                 "baseline config": _side(row, "baseline"),
+                "accuracy diff, test [95% CI]": ""
+                if _blank(diff)
+                else fmt_ci(diff, row.get("diff_lo"), row.get("diff_hi"), "+.3f"),
+                "dominates": "" if _blank(dominates) else ("yes" if dominates else "no"),
             }
         )
     return pd.DataFrame(records)

@@ -184,6 +184,36 @@ def test_validation_rules_out_what_the_test_rows_would_allow() -> None:
     assert result["speedup"] == pytest.approx(2.0) and result["test_drop"]["estimate"] == 0
 
 
+def test_the_headline_is_within_the_tolerance_of_ar_not_of_setdlm_itself() -> None:
+    """setdlm's own threshold-off 5 points below AR: a configuration as accurate as it is not
+    "within 2 points" (the old anchor), and the speedup is missing with its reason; the front's
+    points are still listed as lossy, each with its accuracy cost against AR."""
+    rows = _sweep(100, lambda i: float(i % 20 != 0))
+    for r in rows:  # setdlm threshold-off loses the same 5 points as the fast configuration
+        if r["paradigm"] == "setdlm" and r["threshold"] is None:
+            r["exact"] = float(r["example"] % 20 != 0)
+    result = setdlm_vs_ar(rows, 0.02, 200)
+    assert result["missing"] == "no setdlm configuration within max_drop of AR on the test rows"
+    (lossy,) = result["lossy"]  # threshold-off is dominated by the fast configuration
+    assert lossy["setdlm"]["config"] == "threshold=0.9 window=4"
+    assert lossy["speedup"] == pytest.approx(4.0)
+    assert lossy["accuracy_diff"]["estimate"] == pytest.approx(-0.05)
+
+
+def test_the_headline_reports_its_accuracy_against_ar_and_the_lossy_points() -> None:
+    select = _sweep(100, lambda i: float(i % 10 != 0))  # validation: the fast one loses 10
+    test = _sweep(100, lambda i: float(i % 20 != 0))  # test: 5
+    result = setdlm_vs_ar(test, 0.02, 200, select)
+    assert result["anchor"] == "ar" and result["setdlm"]["config"] == "threshold=off window=4"
+    diff = result["accuracy_diff"]
+    assert diff["estimate"] == 0 and diff["ci95"] == [0, 0]  # both exact on every prompt
+    (lossy,) = result["lossy"]
+    assert lossy["setdlm"]["config"] == "threshold=0.9 window=4"
+    assert lossy["accuracy_diff"]["estimate"] == pytest.approx(-0.05)
+    low, high = lossy["accuracy_diff"]["ci95"]
+    assert low < -0.05 < high < 0
+
+
 def test_matched_speedup_chosen_on_validation() -> None:
     select = _sweep(50, lambda i: 1.0)
     test = _sweep(50, lambda i: float(i % 10 != 0))
@@ -194,3 +224,8 @@ def test_matched_speedup_chosen_on_validation() -> None:
     assert result["setdlm"]["config"] == "threshold=0.9 window=4"
     assert result["speedup"] == pytest.approx(2.0) and result["ci95"] == pytest.approx([2.0, 2.0])
     assert result["selected_on"]["split"] == "validation"
+    # on test the faster side is 10 points less accurate: matched on validation, not dominating
+    assert result["accuracy_diff"]["estimate"] == pytest.approx(-0.1)
+    assert result["dominates"] is False
+    equal = matched(select, "setdlm", "bd3lm", 200)  # as accurate and twice as fast
+    assert equal["accuracy_diff"]["estimate"] == 0 and equal["dominates"] is True

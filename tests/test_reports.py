@@ -188,6 +188,16 @@ def _tradeoff() -> dict:
             "forward_cost_ratio": 1.1,
             "selected_on": {"split": "validation", "n": 200},
             "test_drop": {"estimate": 0.01, "ci95": [-0.02, 0.04]},
+            "anchor": "ar",
+            "accuracy_diff": {"estimate": -0.06, "ci95": [-0.09, -0.03]},
+            "lossy": [
+                {
+                    "setdlm": _point("threshold=0.7 window=8", 0.7, 2500.0),
+                    "speedup": 2.5,
+                    "ci95": [2.2, 2.8],
+                    "accuracy_diff": {"estimate": -0.1, "ci95": [-0.14, -0.06]},
+                }
+            ],
         },
         "setdlm_vs_bd3lm": {"missing": "no bd3lm rows"},
         "aogpt_vs_mdlm": {"missing": "no aogpt rows"},
@@ -604,15 +614,16 @@ def test_tradeoff_is_flattened_with_engines(derived: Derived) -> None:
     assert table.loc["setdlm vs ar", "speedup"] == 1.8
     assert table.loc["setdlm vs ar", "method_config"] == "threshold=0.9 window=8"
     assert table.loc["setdlm vs ar", "matched"] == (
-        "within 0.02 of setdlm 'threshold=off window=4'; chosen on 200 validation prompts; "
-        "on test 0.01 [-0.02, 0.04] below it"
+        "within 0.02 of ar's accuracy; chosen on 200 validation prompts; "
+        "on test -0.060 [-0.090, -0.030] against ar"
     )
     assert table.loc["ar · vllm:greedy vs ar · setdiff", "speedup"] == 3.0
     assert table.loc["ar · vllm:greedy vs ar · setdiff", "method_engine"] == "vllm"
     assert table.loc["setdlm vs ar · vllm:greedy", "speedup"] == 0.6
     assert table.loc["setdlm vs ar · vllm:greedy", "method_config"] == "threshold=0.9 window=8"
-    assert list(table.index[:3]) == [
+    assert list(table.index[:4]) == [
         "setdlm vs ar",
+        "setdlm vs ar (lossy)",
         "setdlm vs ar · vllm:greedy",
         "ar · vllm:greedy vs ar · setdiff",
     ]
@@ -938,7 +949,14 @@ def test_best_config_table(derived: Derived) -> None:
 
 def test_speedup_and_likelihood_and_textgen_tables(derived: Derived) -> None:
     speed = tables.speedup_table(derived.run.comparisons).set_index("comparison")
+    assert list(speed.index[:2]) == ["setdlm vs ar", "setdlm vs ar (lossy)"]
     assert speed.loc["setdlm vs ar", "speedup [95% CI]"] == "1.80 [1.50, 2.10]×"
+    assert speed.loc["setdlm vs ar", "matched at"].startswith("within 0.02 of ar's accuracy;")
+    assert speed.loc["setdlm vs ar", "accuracy diff, test [95% CI]"] == "-0.060 [-0.090, -0.030]"
+    lossy = speed.loc["setdlm vs ar (lossy)"]
+    assert lossy["speedup [95% CI]"] == "2.50 [2.20, 2.80]×"
+    assert lossy["accuracy diff, test [95% CI]"] == "-0.100 [-0.140, -0.060]"
+    assert lossy["method config"].startswith("threshold=0.7 window=8: acc 0.700")
     assert speed.loc["setdlm vs bd3lm", "speedup [95% CI]"] == "missing: no bd3lm rows"
     assert speed.loc["setdlm vs ar · vllm:greedy", "speedup [95% CI]"] == "0.60×"
     assert speed.loc["ar · vllm:greedy vs ar · setdiff", "speedup [95% CI]"] == "3.00 [2.50, 3.50]×"
@@ -1324,6 +1342,10 @@ def test_findings_state_accuracy_gaps_speedup_and_backbone(derived: Derived) -> 
         "[0.658, 0.739], -20.0 pts vs ar."
     )
     assert lines[2].startswith("setdlm decodes 1.80× [95% CI 1.50–2.10] as many tokens/s")
+    assert "on arith at batch 1 (within 0.02 of ar's accuracy;" in lines[2]
+    assert lines[2].endswith("accuracy 0.740 against AR's 0.800).")
+    regime = findings.speedup_sentences(derived.run.comparisons, derived.run.fingerprints)[0]
+    assert "on arith at batch 1, 1 thread, x86_64 (within" in regime
     assert "`4-heads` (-1.0 pts" in lines[3] and "`base` (-20.0 pts)" in lines[3]
     lo, hi = findings.wilson_interval(0.0, 10)
     assert lo == 0.0 and 0.27 < hi < 0.29  # the Wilson interval, not the degenerate normal one

@@ -3,11 +3,14 @@
 ``setdiff tradeoff --task arith`` reads ``results/bench/<task>.csv`` (and, when present,
 ``results/baseline/<task>.csv`` with AR served by other engines) and writes
 ``metrics/tradeoff/<task>.json``:
-- ``setdlm_vs_ar``: setdlm tokens/s over our AR decoder's, at the fastest setdlm configuration that
-  loses at most ``max_drop`` (2 points) of its threshold-off accuracy, or of its best
-  configuration's where one beats threshold-off; with tokens per forward and the cost of a setdlm
-  forward relative to an AR forward (both from the same rows);
-- ``setdlm_vs_bd3lm``, ``aogpt_vs_mdlm``: speed at matched accuracy (the best level both reach);
+- ``setdlm_vs_ar``: setdlm tokens/s over our AR decoder's, at the fastest setdlm configuration
+  whose accuracy is at most ``max_drop`` (2 points) below AR's; the test accuracy difference to
+  AR with its paired CI; tokens per forward and the cost of a setdlm forward relative to an AR
+  forward (both from the same rows); and ``lossy``: the faster points of setdlm's front, outside
+  the tolerance, each with its speedup and its accuracy cost against AR;
+- ``setdlm_vs_bd3lm``, ``aogpt_vs_mdlm``: speed at matched accuracy (the best level both reach),
+  the test accuracy difference with its paired CI, and ``dominates`` (at least as accurate,
+  and faster with the CI above 1);
 - ``ar_engines``: each AR engine's speed over our AR decoder, measured side by side in the
   baseline stage, and the setdlm ratio chained through it (``setdlm_vs_<engine>``).
 All ratios are measured side by side in one process and carry 95% bootstrap intervals over
@@ -18,7 +21,7 @@ Where the bench measured validation prompts too (``results/bench/<task>.select.c
 matched accuracy level) is chosen on them and the test prompts measure that fixed choice: the
 headline is then free of selection on the test set, and its CI is over prompts at one
 configuration (``selected_on`` says which split chose; ``test_drop`` is the test accuracy the
-chosen configuration gives up against threshold-off, with its CI).
+chosen configuration gives up against setdlm's own threshold-off, with its CI).
 """
 
 from __future__ import annotations
@@ -32,7 +35,16 @@ from typing import Any
 
 from setdiff.files import finite_or_none, write_json
 from setdiff.measure import read_rows
-from setdiff.tradeoff import Key, Point, bootstrap, group, matched_speedup, summarize, within_drop
+from setdiff.tradeoff import (
+    Key,
+    Point,
+    bootstrap,
+    fastest_at,
+    group,
+    matched_speedup,
+    pareto,
+    summarize,
+)
 
 log = logging.getLogger(__name__)
 
@@ -110,9 +122,11 @@ def setdlm_vs_ar(
     n_boot: int,
     select_rows: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """setdlm over our AR decoder at the fastest setdlm configuration within `max_drop` of its
-    threshold-off accuracy (or of its best configuration's, `within_drop`), chosen on
-    `select_rows` when given (`held_out_ratio`)."""
+    """setdlm over our AR decoder at the fastest setdlm configuration whose accuracy is within
+    `max_drop` of **AR's**, chosen on `select_rows` when given (`held_out_ratio`); the test
+    accuracy difference to AR with its paired CI; and the lossy operating points (the faster
+    configurations of setdlm's front, outside the tolerance), each with its speedup and its
+    accuracy cost against AR on the test rows."""
     points = summarize(group(rows))
     reference = setdlm_reference(rows)
     ar = _keys(points, "ar")
@@ -121,12 +135,23 @@ def setdlm_vs_ar(
     ar_key = ar[0]
 
     def choose(pts: dict[Key, Point]) -> tuple[Key, Key] | None:
-        pick = within_drop(pts, _keys(pts, "setdlm"), reference, max_drop)
+        candidates = [pts[k] for k in _keys(pts, "setdlm")]
+        pick = fastest_at(candidates, pts[ar_key].accuracy - max_drop) if ar_key in pts else None
         return (pick.key, ar_key) if pick else None
 
     pair, (est, low, high), where = held_out_ratio(rows, select_rows, choose, n_boot)
-    if pair is None or pair[0] not in points:
-        return {"missing": f"no setdlm configuration within max_drop on the {where['split']} rows"}
+    chosen_on = summarize(group(select_rows)) if select_rows else points
+    picked = pair is not None and pair[0] in points
+    floor = chosen_on[pair[0]].tokens_per_second if picked and pair[0] in chosen_on else 0.0
+    lossy = [
+        lossy_point(rows, p.key, ar_key, n_boot)
+        for p in pareto(chosen_on[k] for k in _keys(chosen_on, "setdlm"))
+        if p.tokens_per_second > floor and p.key in points
+    ]
+    if not picked:
+        split = where["split"]
+        why = f"no setdlm configuration within max_drop of AR on the {split} rows"
+        return {"missing": why, "lossy": lossy}
     key = pair[0]
     drop, drop_low, drop_high = bootstrap(
         group(rows), lambda pts: pts[reference].accuracy - pts[key].accuracy, n_boot=n_boot
@@ -135,12 +160,39 @@ def setdlm_vs_ar(
         "speedup": est,
         "ci95": [low, high],
         "max_drop": max_drop,
+        "anchor": "ar",
         "selected_on": where,
+        "accuracy_diff": accuracy_diff(rows, key, ar_key, n_boot),
         "test_drop": {"estimate": drop, "ci95": [drop_low, drop_high]},
         "reference": _point(points[reference]),
         "setdlm": _point(points[key]),
         "ar": _point(points[ar_key]),
         "forward_cost_ratio": forward_cost_ratio(rows, key, ar_key),
+        "lossy": lossy,
+    }
+
+
+def accuracy_diff(rows: list[dict[str, Any]], a: Key, b: Key, n_boot: int) -> dict[str, Any]:
+    """Test accuracy of `a` minus `b` on the same prompts, with a paired bootstrap 95% CI."""
+    est, low, high = bootstrap(
+        group(rows), lambda pts: pts[a].accuracy - pts[b].accuracy, n_boot=n_boot
+    )
+    return {"estimate": est, "ci95": [low, high]}
+
+
+def lossy_point(rows: list[dict[str, Any]], key: Key, ar_key: Key, n_boot: int) -> dict[str, Any]:
+    """A setdlm configuration outside the tolerance: its speedup over AR and accuracy cost."""
+    grouped = group(rows)
+    est, low, high = bootstrap(
+        grouped,
+        lambda pts: pts[key].tokens_per_second / pts[ar_key].tokens_per_second,
+        n_boot=n_boot,
+    )
+    return {
+        "setdlm": _point(summarize(grouped)[key]),
+        "speedup": est,
+        "ci95": [low, high],
+        "accuracy_diff": accuracy_diff(rows, key, ar_key, n_boot),
     }
 
 
@@ -152,7 +204,8 @@ def matched(
     select_rows: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """`method` over `baseline` at the best accuracy both reach, chosen on `select_rows` when
-    given (`held_out_ratio`)."""
+    given (`held_out_ratio`), with the test accuracy difference (paired CI) and whether the
+    method dominates (at least as accurate on test, and faster: CI above 1)."""
     points = summarize(group(rows))
 
     def hit(pts: dict[Key, Point]) -> dict[str, Any] | None:
@@ -166,11 +219,14 @@ def matched(
     if pair is None or pair[0] not in points or pair[1] not in points:
         return {"missing": f"needs {method} and {baseline} rows ({where['split']} and test)"}
     level = hit(summarize(group(select_rows)) if select_rows else points)["accuracy_level"]
+    diff = accuracy_diff(rows, pair[0], pair[1], n_boot)
     return {
         "speedup": est,
         "ci95": [low, high],
         "accuracy_level": level,
         "selected_on": where,
+        "accuracy_diff": diff,
+        "dominates": bool(diff["estimate"] >= 0 and low > 1),
         method: _point(points[pair[0]]),
         baseline: _point(points[pair[1]]),
     }
