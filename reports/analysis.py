@@ -36,11 +36,28 @@ def bootstrap_mean_ci(
     return float(low), float(high)
 
 
+Z95 = 1.959964
+
+
+def wilson_interval(accuracy: float, n: int) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion measured on n trials: the report's one interval
+    for an accuracy (exact match), wherever it is shown. Ratios and differences of two methods
+    on the same prompts get a paired percentile bootstrap instead (`setdiff.tradeoff`)."""
+    if n <= 0 or math.isnan(accuracy):
+        return math.nan, math.nan
+    denom = 1 + Z95**2 / n
+    centre = (accuracy + Z95**2 / (2 * n)) / denom
+    half = Z95 * math.sqrt(accuracy * (1 - accuracy) / n + Z95**2 / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def _summarize_group(group: pd.DataFrame) -> pd.Series:
     quality = group["exact"].astype(float)
     if quality.isna().all() and "score" in group:
         quality = group["score"].astype(float)  # tasks without answers: the task's score
-    low, high = bootstrap_mean_ci(quality.to_numpy())
+        low, high = bootstrap_mean_ci(quality.to_numpy())  # a mean score, not a proportion
+    else:
+        low, high = wilson_interval(float(quality.mean()), int(quality.notna().sum()))
     tokens, latency, nfe = group["new_tokens"].sum(), group["latency_s"].sum(), group["nfe"].sum()
     concurrency = int(group["concurrency"].iloc[0])
     rate = tokens / latency if latency else math.nan

@@ -12,19 +12,7 @@ import math
 
 import pandas as pd
 
-from reports.analysis import sort_paradigms
-
-Z95 = 1.959964
-
-
-def wilson_interval(accuracy: float, n: int) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion measured on n trials."""
-    if n <= 0:
-        return math.nan, math.nan
-    denom = 1 + Z95**2 / n
-    centre = (accuracy + Z95**2 / (2 * n)) / denom
-    half = Z95 * math.sqrt(accuracy * (1 - accuracy) / n + Z95**2 / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+from reports.analysis import sort_paradigms, wilson_interval
 
 
 def accuracy_sentences(evaluate: pd.DataFrame) -> list[str]:

@@ -138,7 +138,7 @@ ITEMS: tuple[Item, ...] = (
         needs=("bench", "baseline"),
         make=lambda d: _when(d.points, figures.plot_quality_vs_throughput),
         caption=(
-            "One point per configuration with its 95% bootstrap CI over examples; the line is each "
+            "One point per configuration with its 95% Wilson interval (accuracy); the line is each "
             "series' Pareto front; labels mark the configurations on the task's overall front "
             "(τ threshold, W window). Each AR engine is one series (our decoder: `ar`)."
         ),
@@ -170,7 +170,7 @@ ITEMS: tuple[Item, ...] = (
         make=lambda d: _when(d.points, tables.best_config_table),
         caption=(
             "Most accurate configuration of each series (fastest among ties); accuracy with its "
-            "95% bootstrap CI over examples."
+            "95% Wilson interval."
         ),
     ),
     Item(
@@ -195,7 +195,7 @@ ITEMS: tuple[Item, ...] = (
             "training noise); with AR among them each seed trains its own AR model and that "
             "seed's fine-tunes start from it, and each row's gap is to the same seed's AR. Greedy "
             "exact match on the first test prompts; tokens/forward is the mean over seeds. An sd "
-            "above one run's binomial SE means the bootstrap CIs above (prompts resampled, one "
+            "above one run's binomial SE means the accuracy intervals above (prompts, one "
             "model) understate how far a retrained model moves; sd > 0.03 flags a recipe that "
             "does not hold on every seed."
         ),
@@ -226,7 +226,7 @@ ITEMS: tuple[Item, ...] = (
             "`setdiff setsize`: setdlm (window W = D) and bd3lm at other set sizes D than the main "
             "run's, fine-tuned from the AR model or on from the main run's model "
             "(`setsize.start`), and the main run's setdlm decoded at W = D without training; "
-            "greedy exact match on the evaluate stage's test prompts ± one run's binomial SE; "
+            "greedy exact match on the evaluate stage's test prompts [95% Wilson interval]; "
             "the gap is to the main run's AR."
         ),
     ),
@@ -369,7 +369,7 @@ ITEMS: tuple[Item, ...] = (
         caption=(
             "`setdiff backbone`: per backbone variant, AR trained from scratch and setdlm "
             "fine-tuned from it at each D with the same budget and seed; greedy exact match on "
-            "the first test prompts, threshold off (± binomial standard error, one seed)."
+            "the first test prompts, threshold off [95% Wilson interval], one seed."
         ),
     ),
     Item(

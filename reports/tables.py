@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from reports.analysis import bootstrap_mean_ci, sort_paradigms
+from reports.analysis import bootstrap_mean_ci, sort_paradigms, wilson_interval
 from reports.missing import Missing
 
 TEXTGEN_FIRST = (
@@ -304,7 +304,7 @@ def _lmeval_engine(engine: str) -> str:
 
 
 def backbone_table(backbone: pd.DataFrame) -> pd.DataFrame:
-    """One row per variant: AR and setdlm accuracy (± binomial SE), the gap to AR per D."""
+    """One row per variant: AR and setdlm accuracy [95% Wilson interval], the gap to AR per D."""
     if backbone.empty:
         return pd.DataFrame()
     accuracy = [c for c in backbone.columns if c == "ar" or _is_setdlm_accuracy(c)]
@@ -314,9 +314,9 @@ def backbone_table(backbone: pd.DataFrame) -> pd.DataFrame:
     n = backbone["n_examples"].astype(float)
     for column in accuracy:
         acc = backbone[column].astype(float)
-        se = (acc * (1 - acc) / n).pow(0.5)
         table[_accuracy_title(column)] = [
-            "not run yet" if math.isnan(a) else fmt_pm(a, s) for a, s in zip(acc, se, strict=True)
+            "not run yet" if math.isnan(a) else fmt_accuracy(a, m)
+            for a, m in zip(acc, n, strict=True)
         ]
         if column != "ar" and not column.endswith("_w1"):
             gap = 100 * (acc - backbone["ar"].astype(float))
@@ -465,8 +465,8 @@ def setsize_table(
 ) -> pd.DataFrame:
     """Accuracy per set size D and window W: the set-size study's rows beside the main run's
     model (its own D and W as the stage recorded them; accuracy from the evaluate stage, steps
-    from the train stage), each with its binomial SE and its gap to the main run's AR on the
-    same test prompts."""
+    from the train stage), each with its 95% Wilson interval and its gap to the main run's AR on
+    the same test prompts."""
     if setsize.empty:
         return pd.DataFrame()
     main: dict[tuple[str, str], float] = {}
@@ -496,7 +496,6 @@ def setsize_table(
     ordered = sort_paradigms(pd.DataFrame(records), then=("set_size", "window"))
     for r in ordered.to_dict("records"):
         acc, n = float(r["accuracy"]), r.get("n_examples")
-        se = math.sqrt(acc * (1 - acc) / n) if n else float("nan")
         ar = main.get((r["task"], "ar"))
         rows.append(
             {
@@ -504,13 +503,21 @@ def setsize_table(
                 "paradigm": r["paradigm"],
                 "D (trained)": fmt(r.get("set_size"), ".0f"),
                 "W": fmt(r.get("window"), ".0f"),
-                "accuracy": fmt_pm(acc, se),
+                "accuracy": fmt_accuracy(acc, n),
                 "gap to AR (pts)": "" if ar is None else f"{100 * (acc - ar):+.1f}",
                 "steps": fmt(r.get("steps"), ".0f"),
                 "model": "" if _blank(r.get("model")) else r["model"],
             }
         )
     return pd.DataFrame(rows)
+
+
+def fmt_accuracy(accuracy: float, n: object) -> str:
+    """``0.930 [0.905, 0.949]``: an accuracy with its 95% Wilson interval over `n` prompts."""
+    if _blank(n) or not n:
+        return fmt(accuracy, ".3f")
+    low, high = wilson_interval(float(accuracy), int(float(n)))  # type: ignore[arg-type]
+    return fmt_ci(accuracy, low, high)
 
 
 def _blank(value: object) -> bool:

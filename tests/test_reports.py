@@ -603,8 +603,13 @@ def test_lmeval_table_shows_both_scorers_and_agreement(derived: Derived) -> None
 def test_backbone_table_shows_accuracy_with_error_and_gap(derived: Derived) -> None:
     table = tables.backbone_table(derived.run.backbone)
     assert list(table["variant"]) == ["base", "4-heads", "later"]
-    assert list(table["ar"]) == ["0.900 ± 0.030", "0.960 ± 0.020", "not run yet"]
-    assert list(table["setdlm D=2 W=2"]) == ["0.700 ± 0.046", "0.950 ± 0.022", "not run yet"]
+    # every accuracy with its 95% Wilson interval (100 prompts), as everywhere in the report
+    assert list(table["ar"]) == ["0.900 [0.826, 0.945]", "0.960 [0.902, 0.984]", "not run yet"]
+    assert list(table["setdlm D=2 W=2"]) == [
+        "0.700 [0.604, 0.781]",
+        "0.950 [0.888, 0.978]",
+        "not run yet",
+    ]
     assert list(table["gap d2 (pts)"]) == ["-20.0", "-1.0", ""]
     assert "setdlm D=2 W=1" in table and "setdlm_d2_eval_loss" not in table
 
@@ -1361,4 +1366,4 @@ def test_report_opens_with_what_the_run_shows(built: Path) -> None:
 def test_report_has_the_set_size_table(built: Path) -> None:
     text = (built / "report.md").read_text()
     section = text[text.index("Set size") :]
-    assert "0.930 ± 0.018" in section[:3000] and "main run" in section[:3000]
+    assert "0.930 [0.886, 0.958]" in section[:3000] and "main run" in section[:3000]

@@ -203,11 +203,27 @@ def test_the_report_table_joins_the_main_runs_set_size(tmp_path: Path) -> None:
     table = tables.setsize_table(run.setsize, run.evaluate, run.train)
     columns = ["paradigm", "D (trained)", "W", "accuracy", "gap to AR (pts)", "steps", "model"]
     assert table[columns].values.tolist() == [
-        ["bd3lm", "2", "", "0.900 ± 0.013", "-5.0", "300", "main run's model, fine-tuned on"],
-        ["bd3lm", "4", "", "0.850 ± 0.016", "-10.0", "", "main run"],
-        ["setdlm", "2", "2", "0.940 ± 0.011", "-1.0", "300", "main run's model, fine-tuned on"],
-        ["setdlm", "4", "2", "0.930 ± 0.011", "-2.0", "", "main run's model, decoded only"],
-        ["setdlm", "4", "4", "0.900 ± 0.013", "-5.0", "2000", "main run"],
+        [
+            "bd3lm",
+            "2",
+            "",
+            "0.900 [0.871, 0.923]",
+            "-5.0",
+            "300",
+            "main run's model, fine-tuned on",
+        ],
+        ["bd3lm", "4", "", "0.850 [0.816, 0.879]", "-10.0", "", "main run"],
+        [
+            "setdlm",
+            "2",
+            "2",
+            "0.940 [0.916, 0.958]",
+            "-1.0",
+            "300",
+            "main run's model, fine-tuned on",
+        ],
+        ["setdlm", "4", "2", "0.930 [0.904, 0.949]", "-2.0", "", "main run's model, decoded only"],
+        ["setdlm", "4", "4", "0.900 [0.871, 0.923]", "-5.0", "2000", "main run"],
     ]
 
 
