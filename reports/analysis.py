@@ -81,7 +81,8 @@ def _summarize_group(group: pd.DataFrame) -> pd.Series:
 
 
 def summarize_configs(rows: pd.DataFrame, throughput: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per configuration: accuracy with 95% bootstrap CI, speed, NFE, memory, series.
+    """One row per configuration: accuracy with its 95% Wilson interval, speed, NFE, memory,
+    series.
 
     Args:
         rows: results rows (one per example x configuration), columns of `results/bench/*.csv`.

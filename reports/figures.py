@@ -8,7 +8,7 @@ mode), each run is drawn in its own line style and labelled ``"<series> (<run>)"
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -32,7 +32,7 @@ from reports.style import (
 QUALITY_X: dict[str, tuple[str, bool, bool]] = {
     "tokens_per_second": ("tokens / s (higher is faster)", True, True),
     "tokens_per_forward": ("tokens per forward (higher = fewer model calls)", True, False),
-    "latency_s": ("latency per example, s (lower is faster)", False, True),
+    "latency_s": ("latency per example, ms (lower is faster)", False, True),
 }
 """x column -> (axis label, larger is better, log scale)."""
 
@@ -135,17 +135,27 @@ def _plot_quality_vs(points: pd.DataFrame, x: str) -> Figure:
         ax.set(xlabel=label, ylabel="accuracy (exact match)", title=str(task))
         if log:
             ax.set_xscale("log")
-            ax.xaxis.set_major_locator(
-                LogLocator(base=10, subs=(1.0, 2.0, 3.0, 5.0, 7.0), numticks=30)
-            )
-            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=30))
+            scale = 1000.0 if x == "latency_s" else 1.0  # latency drawn in s, labelled in ms
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _, k=scale: f"{v * k:g}"))
             ax.xaxis.set_minor_formatter(NullFormatter())
-        if points["accuracy"].between(0, 1).all():
-            ax.set_ylim(-0.03, 1.03)
+        mine = points[points["task"] == task]
+        if len(mine) and mine["accuracy"].between(0, 1).all():
+            ax.set_ylim(*_accuracy_limits(mine))
         ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig = axes[0, 0].figure
-    fig.suptitle("bars: 95% bootstrap CI over examples; lines: Pareto front", fontsize="small")
+    fig.suptitle("bars: 95% Wilson interval of the accuracy; lines: Pareto front", fontsize="small")
     return fig
+
+
+def _accuracy_limits(points: pd.DataFrame) -> tuple[float, float]:
+    """The accuracy axis around the data (intervals included), not 0-1: a 0.83-0.98 cluster
+    stays readable; a margin of 2 points, clipped to [0, 1]."""
+    low = points.get("accuracy_lo", points["accuracy"]).astype(float).min()
+    high = points.get("accuracy_hi", points["accuracy"]).astype(float).max()
+    low = points["accuracy"].min() if np.isnan(low) else low
+    high = points["accuracy"].max() if np.isnan(high) else high
+    return max(0.0, float(low) - 0.02), min(1.0, float(high) + 0.02) + 0.005
 
 
 def _one_ar_per_engine(points: pd.DataFrame) -> pd.DataFrame:
@@ -184,11 +194,23 @@ def plot_batched_throughput(batched: pd.DataFrame) -> Figure:
     tasks = list(dict.fromkeys(batched["task"]))
     axes = _grid(1, len(tasks))
     for ax, task in zip(axes[0], tasks, strict=True):
+        seen: dict[str, int] = {}
         for method, group in batched[batched["task"] == task].groupby("method", sort=False):
             group = group.sort_values("batch_size")
-            style = "--" if group["paradigm"].iloc[0] == "ar" else "-"
+            paradigm = str(group["paradigm"].iloc[0])
+            engine = "transformers" if "transformers" in str(method) else "setdiff"
+            nth = seen[paradigm] = seen.get(paradigm, -1) + 1
+            style = "--" if paradigm == "ar" else RUN_LINESTYLES[nth % len(RUN_LINESTYLES)]
             x, y = group["batch_size"], group["tokens_per_second"]
-            ax.plot(x, y, style, marker="o", label=method)
+            ax.plot(
+                x,
+                y,
+                linestyle=style,
+                marker="os^Dv"[nth % 5],
+                color=series_color(paradigm, engine),
+                label=method,
+                gid=f"batched:{task}:{method}",
+            )
         ax.set(xscale="log", yscale="log", xlabel="batch size", ylabel="tokens/s", title=task)
         ax.legend(fontsize=7)
     return axes[0, 0].figure
@@ -316,20 +338,39 @@ def plot_optuna_pareto(trials: pd.DataFrame, x: str = "tokens_per_second") -> Fi
     axes = _grid(1, len(groups))
     for ax, (key, frame) in zip(axes[0], groups, strict=True):
         name = ":".join(str(k) for k in key)
+        title = _study_title(str(key[0]), str(key[1]) if len(keys) == 2 else "")
         states = frame["state"].value_counts() if "state" in frame else pd.Series(dtype=int)
         done = frame[frame["state"] == "COMPLETE"] if "state" in frame else frame
         _draw_study(ax, done.dropna(subset=[x, "accuracy"]), x, name)
         counts = ", ".join(f"{n} {str(s).lower()}" for s, n in states.items())
-        ax.set(xlabel=TRIAL_X[x][0], ylabel="accuracy", title=f"{name}: {counts or 'no trials'}")
+        ax.set(xlabel=TRIAL_X[x][0], ylabel="accuracy", title=f"{title}: {counts or 'no trials'}")
         ax.legend(fontsize="small")
     return axes[0, 0].figure
+
+
+def _study_title(task: str, study: str) -> str:
+    """``arith-default-6e10f2c2`` (task, preset, hash of the search space) -> ``arith, default
+    preset``: the reader's words, not the storage key."""
+    middle = study.removeprefix(f"{task}-")
+    preset, _, digest = middle.rpartition("-")
+    if preset and len(digest) == 8 and all(c in "0123456789abcdef" for c in digest):
+        return f"{task}, {preset} preset"
+    return task if not study else f"{task}, {study}"
 
 
 # --- decode traces ----------------------------------------------------------------------------
 
 
-def _draw_set_sizes(ax: Axes, frame: pd.DataFrame, task: str, paradigm: str) -> None:
-    """Dodged bars: share of forwards per set size, one shade of the paradigm per config."""
+def _draw_set_sizes(
+    ax: Axes,
+    frame: pd.DataFrame,
+    task: str,
+    paradigm: str,
+    per_forward: Mapping[tuple[str, str, str], float],
+) -> None:
+    """Dodged bars: share of forwards per set size, one shade of the paradigm per config; the
+    legend gives each config's tokens per forward as the tables define it (`per_forward`: new
+    tokens up to EOS over forwards), or the bars' own mean where the bench has none."""
     configs = _unique(frame, "config")
     colors = shades(PARADIGM_COLORS.get(paradigm, MUTED_COLOR), len(configs))
     width = 0.8 / len(configs)
@@ -341,7 +382,7 @@ def _draw_set_sizes(ax: Axes, frame: pd.DataFrame, task: str, paradigm: str) -> 
             share.to_numpy(),
             width=width,
             color=colors[j],
-            label=f"{config} (mean {values.mean():.2f})",
+            label=_set_size_label(config, per_forward.get((task, paradigm, config)), values),
             gid=f"hist:{task}:{paradigm}:{config}",
         )
     sizes = sorted(frame["set_size"].unique())
@@ -352,12 +393,25 @@ def _draw_set_sizes(ax: Axes, frame: pd.DataFrame, task: str, paradigm: str) -> 
     ax.legend(fontsize="x-small")
 
 
-def plot_set_size_histogram(sizes: pd.DataFrame, columns: int = 3) -> Figure:
+def _set_size_label(config: object, tokens_per_forward: float | None, sizes: pd.Series) -> str:
+    if tokens_per_forward is None or np.isnan(tokens_per_forward):
+        return f"{config} (committed/forward {sizes.mean():.2f})"
+    return f"{config} ({tokens_per_forward:.2f} tokens/forward)"
+
+
+def plot_set_size_histogram(
+    sizes: pd.DataFrame,
+    per_forward: Mapping[tuple[str, str, str], float] | None = None,
+    columns: int = 3,
+) -> Figure:
     """Share of forwards accepting k tokens: a panel per (task, paradigm), `columns` per row,
-    one bar shade per configuration (legend: config and its mean set size).
+    one bar shade per configuration (legend: config and its tokens per forward).
 
     Args:
         sizes: `analysis.trace_set_sizes` output (task, paradigm, config, set_size).
+        per_forward: (task, paradigm, config) -> tokens per forward of the bench summary, the
+            one definition the tables and the other figures use (new tokens up to EOS over
+            forwards; the bars also count what a forward commits after EOS).
     """
     panels = [
         (task, paradigm, frame)
@@ -368,7 +422,7 @@ def plot_set_size_histogram(sizes: pd.DataFrame, columns: int = 3) -> Figure:
     columns = min(columns, len(panels))
     axes = _grid(-(-len(panels) // columns), columns, width=4.2, height=3.2).ravel()
     for ax, (task, paradigm, frame) in zip(axes, panels, strict=False):
-        _draw_set_sizes(ax, frame, task, paradigm)
+        _draw_set_sizes(ax, frame, task, paradigm, per_forward or {})
     for ax in axes[len(panels) :]:
         ax.remove()
     return axes[0].figure

@@ -72,6 +72,17 @@ class Item:
     """A table of details, rendered closed (`reports.document.Table.folded`)."""
 
 
+def tokens_per_forward(points: pd.DataFrame) -> dict[tuple[str, str, str], float]:
+    """(task, paradigm, config) -> tokens per forward of our engine's bench configurations."""
+    if points.empty:
+        return {}
+    ours = points[(points["engine"] == "setdiff") & (points.get("source", "bench") == "bench")]
+    return {
+        (r.task, r.paradigm, r.config): float(r.tokens_per_forward)
+        for r in ours.itertuples(index=False)
+    }
+
+
 def fine_tune_starts(run: Run) -> dict[str, float]:
     """Per task: the AR model's last logged step, when its diffusion models start from it
     (``train.<task>.init_from_ar``, true unless the params say otherwise)."""
@@ -316,8 +327,15 @@ ITEMS: tuple[Item, ...] = (
         title="Tokens accepted per forward",
         section=DECODE,
         needs=("traces",),
-        make=lambda d: _when(d.sizes, figures.plot_set_size_histogram),
-        caption="Share of forwards that committed k tokens, per paradigm and configuration.",
+        make=lambda d: _when(
+            d.sizes, lambda f: figures.plot_set_size_histogram(f, tokens_per_forward(d.points))
+        ),
+        caption=(
+            "Share of forwards that committed k tokens, per paradigm and configuration (a "
+            "forward may also commit positions after EOS, which the bars count). The legend "
+            "gives tokens per forward as every table and figure defines it: new tokens up to "
+            "EOS over forwards."
+        ),
     ),
     Item(
         name="kendall_tau",

@@ -1367,3 +1367,30 @@ def test_report_has_the_set_size_table(built: Path) -> None:
     text = (built / "report.md").read_text()
     section = text[text.index("Set size") :]
     assert "0.930 [0.886, 0.958]" in section[:3000] and "main run" in section[:3000]
+
+
+def test_one_tokens_per_forward_per_configuration_in_histogram_and_tables(
+    derived: Derived,
+) -> None:
+    """The histogram's legend gives each configuration the bench summary's tokens/forward (the
+    scatter's x and the tables' column), not its own mean of committed set sizes."""
+    per_forward = items.tokens_per_forward(derived.points)
+    fig = figures.plot_set_size_histogram(derived.sizes, per_forward)
+    labels = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().texts]
+    assert labels
+    for (task, paradigm, config), value in per_forward.items():
+        if ((derived.sizes["paradigm"] == paradigm) & (derived.sizes["config"] == config)).any():
+            assert f"{config} ({value:.2f} tokens/forward)" in labels, (task, paradigm, config)
+
+
+def test_figures_read_in_a_readers_units(derived: Derived) -> None:
+    """Latency ticks in ms; the accuracy axis around the data; the Optuna panel named by task
+    and preset, not by its storage key."""
+    ax = figures.plot_quality_vs_latency(derived.points).axes[0]
+    assert "ms" in ax.get_xlabel()
+    assert ax.xaxis.get_major_formatter()(0.02, 0) == "20"
+    low, high = ax.get_ylim()
+    ours = derived.points[derived.points["task"] == "arith"]
+    assert low <= ours["accuracy"].min() and high >= ours["accuracy"].max()
+    assert low > 0 or ours["accuracy_lo"].min() < 0.03
+    assert figures._study_title("arith", "arith-default-6e10f2c2") == "arith, default preset"
