@@ -410,6 +410,17 @@ ITEMS: tuple[Item, ...] = (
         "trains the fine-tunes side by side, `flows.lanes`).",
     ),
     Item(
+        name="run_facts",
+        title="Run facts",
+        section=PROVENANCE,
+        needs=("params",),
+        make=lambda d: _when(
+            pd.DataFrame([d.run.params]) if d.run.params else pd.DataFrame(),
+            lambda _: tables.run_facts_table(d.run.params, d.run.comparisons, d.run.fingerprints),
+        ),
+        caption="From params.yaml, the bench fingerprint and the tradeoff stage's choices.",
+    ),
+    Item(
         name="fingerprint",
         title="Device and library versions",
         section=PROVENANCE,

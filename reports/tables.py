@@ -541,6 +541,61 @@ def fmt_pm(value: float, error: float, spec: str = ".3f") -> str:
     return f"{value:{spec}} ± {error:{spec}}"
 
 
+def run_facts_table(
+    params: dict[str, Any], comparisons: pd.DataFrame, fingerprints: pd.DataFrame
+) -> pd.DataFrame:
+    """What a reviewer asks first, from params.yaml and the run's own records: the machine,
+    split sizes, training seeds and threads, which split chose each operating point, and how
+    the stages ran (one at a time under `dvc repro`; fine-tunes two at a time under `make run`)."""
+    if not params:
+        return pd.DataFrame()
+    rows: list[tuple[str, str]] = []
+    prints = (
+        fingerprints.drop_duplicates("key").set_index("key")["value"]
+        if len(fingerprints)
+        else pd.Series(dtype=object)
+    )
+    machine = ", ".join(
+        fmt(prints.get(k)) for k in ("cpu_model", "device_name") if not _blank(prints.get(k))
+    )
+    if machine:
+        cores = prints.get("cpu_count")
+        rows.append(("machine", machine + ("" if _blank(cores) else f", {fmt(cores)} cores")))
+    data = params.get("data") if isinstance(params.get("data"), dict) else {}
+    train = params.get("train") if isinstance(params.get("train"), dict) else {}
+    for task in (params.get("study") or {}).get("tasks") or []:
+        split = data.get(task) if isinstance(data.get(task), dict) else {}
+        sizes = [split.get(k) for k in ("n_train", "n_valid", "n_test")]
+        if all(v is not None for v in sizes):
+            rows.append((f"{task}: train / valid / test examples", " / ".join(map(str, sizes))))
+        recipe = train.get(task) if isinstance(train.get(task), dict) else {}
+        for role in ("ar", "diffusion"):
+            cfg = recipe.get(role) if isinstance(recipe.get(role), dict) else {}
+            if cfg:
+                rows.append(
+                    (
+                        f"{task}: {role} training",
+                        f"seed {cfg.get('seed', 0)}, {cfg.get('threads', 0) or 'default'} "
+                        f"thread(s), {cfg.get('steps')} steps",
+                    )
+                )
+    if not comparisons.empty and "matched" in comparisons:
+        for r in comparisons.dropna(subset=["matched"]).to_dict("records"):
+            if "chosen on" in str(r["matched"]):
+                chosen = str(r["matched"]).split("chosen on ", 1)[1].split(";")[0]
+                rows.append(
+                    (f"{r['task']}: {r['comparison']}, operating point", f"chosen on {chosen}")
+                )
+    rows.append(
+        (
+            "stages",
+            "`dvc repro` runs one stage at a time; `make run` trains the fine-tunes two at a time "
+            "(`flows.lanes`, one thread each), then runs the rest one at a time",
+        )
+    )
+    return pd.DataFrame(rows, columns=["fact", "value"])
+
+
 def fingerprint_table(fingerprints: pd.DataFrame) -> pd.DataFrame:
     """Device, threads, versions, revision and hashes: one row per key, one column per task."""
     if fingerprints.empty:

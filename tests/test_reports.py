@@ -390,6 +390,8 @@ def write_run(root: Path, seed: int = 0, speed: float = 1.0, preset: str = "test
         "preset": preset,
         "study": {"tasks": ["arith", "text"], "paradigms": list(PARADIGMS)},
         "bench": {"tasks": ["arith"], "sweep": {p: {} for p in PARADIGMS}},
+        "data": {"seed": 0, "arith": {"n_train": 2000, "n_valid": 100, "n_test": 100}},
+        "train": {"arith": {"ar": {"steps": 40, "threads": 2}, "diffusion": {"steps": 20}}},
     }
     _write(root / "params.yaml", yaml.safe_dump(params))
     rows, traces = _bench("arith", rng, speed)
@@ -1394,3 +1396,15 @@ def test_figures_read_in_a_readers_units(derived: Derived) -> None:
     assert low <= ours["accuracy"].min() and high >= ours["accuracy"].max()
     assert low > 0 or ours["accuracy_lo"].min() < 0.03
     assert figures._study_title("arith", "arith-default-6e10f2c2") == "arith, default preset"
+
+
+def test_run_facts_answer_a_reviewer(derived: Derived) -> None:
+    facts = tables.run_facts_table(
+        derived.run.params, derived.run.comparisons, derived.run.fingerprints
+    ).set_index("fact")["value"]
+    assert facts["arith: train / valid / test examples"] == "2000 / 100 / 100"
+    assert facts["arith: ar training"] == "seed 0, 2 thread(s), 40 steps"
+    assert facts["arith: diffusion training"] == "seed 0, default thread(s), 20 steps"
+    assert facts["arith: setdlm vs ar, operating point"] == "chosen on 200 validation prompts"
+    assert facts["machine"].startswith("x86_64")
+    assert "two at a time" in facts["stages"]
