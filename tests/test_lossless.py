@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tiny_run import RECIPE, tiny_params
 
 from setdiff.bench.lossless import Decoded, _ours, compare
 from setdiff.config import ConfigError
@@ -86,15 +87,9 @@ def test_decoded_defaults() -> None:
     assert Decoded([1, 2], 2).drafts == (0, 0)
 
 
-RECIPE = {"steps": 3, "batch_size": 8, "warmup_steps": 1, "eval_every": 3, "eval_examples": 8}
-PARAMS: dict[str, Any] = {
-    "data": {"seed": 0, "arith": {"n_train": 40, "n_valid": 10, "n_test": 10}},
-    "tokenizer": {"arith": {"kind": "char", "seq_len": 32}},
-    "model": {"arith": {"n_layer": 1, "n_head": 2, "n_kv_head": 1, "d_model": 32, "d_ff": 64}},
-    "train": {"arith": {"ar": RECIPE, "diffusion": dict(RECIPE)}},
-    "paradigm": {"ar": {}, "setdlm": {"set_size": 2, "shift": True}},
-    "decode": {"ar": {}, "setdlm": {"window": 2}},
-    "lossless": {
+PARAMS: dict[str, Any] = tiny_params(
+    paradigm={"ar": {}, "setdlm": {"set_size": 2, "shift": True}},
+    lossless={
         "draft": {"n_layer": 1, "d_model": 16, "n_head": 2, "d_ff": 32},
         "draft_train": {**RECIPE, "checkpoint_every": 3},
         "draft_tokens": [1, 2],
@@ -103,7 +98,7 @@ PARAMS: dict[str, Any] = {
         "n_examples": 4,
         "transformers": True,
     },
-}
+)
 
 
 def test_the_stage_chooses_on_validation_and_measures_the_test_prompts_once(

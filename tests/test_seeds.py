@@ -10,22 +10,16 @@ import pytest
 import yaml
 from metrics_records import evaluate_metrics
 from safetensors.torch import load_file
+from tiny_run import tiny_params
 
 from setdiff import retrain
 from setdiff.config import ConfigError
 from setdiff.stages import prepare, seeds, tokenize
 from setdiff.stages import train as train_stage
 
-RECIPE = {"steps": 3, "batch_size": 8, "warmup_steps": 1, "eval_every": 3, "eval_examples": 8}
-PARAMS: dict[str, Any] = {
-    "data": {"seed": 0, "arith": {"n_train": 40, "n_valid": 10, "n_test": 10}},
-    "tokenizer": {"arith": {"kind": "char", "seq_len": 32}},
-    "model": {"arith": {"n_layer": 1, "n_head": 2, "n_kv_head": 1, "d_model": 32, "d_ff": 64}},
-    "train": {"arith": {"ar": RECIPE, "diffusion": dict(RECIPE)}},
-    "paradigm": {"ar": {}, "setdlm": {"set_size": 2}},
-    "decode": {"ar": {}, "setdlm": {"window": 2}},
-    "seeds": {"paradigms": ["setdlm"], "seeds": [1, 2], "n_examples": 4},
-}
+PARAMS: dict[str, Any] = tiny_params(
+    seeds={"paradigms": ["setdlm"], "seeds": [1, 2], "n_examples": 4}
+)
 
 
 def _run(root: Path, params: dict[str, Any]) -> dict[str, Any]:
