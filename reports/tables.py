@@ -556,7 +556,9 @@ def run_facts_table(
         else pd.Series(dtype=object)
     )
     machine = ", ".join(
-        fmt(prints.get(k)) for k in ("cpu_model", "device_name") if not _blank(prints.get(k))
+        fmt(prints.get(k))
+        for k in ("cpu_model", "device_name", "cpu_capability")
+        if not _blank(prints.get(k))
     )
     if machine:
         cores = prints.get("cpu_count")

@@ -21,7 +21,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
-import os
 import platform
 import resource
 import subprocess
@@ -37,6 +36,7 @@ from setdiff.artifacts import LoadedModel
 from setdiff.config import frozen
 from setdiff.evaluate import score_answer
 from setdiff.files import atomic_path, sha256_file
+from setdiff.runtime import host
 from setdiff.sampling.loop import generate
 from setdiff.sampling.policies import parse_threshold
 
@@ -229,28 +229,14 @@ def fingerprint(
             if device.type == "cuda"
             else platform.processor() or platform.machine()
         ),
-        "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count(),
+        **host(),
         "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "git_revision": git_revision(),
         "params_hash": params_hash,
         "checkpoint_sha256": hashes,
     }
-
-
-def cpu_model() -> str:
-    """The CPU's model name (Linux ``/proc/cpuinfo``; elsewhere `platform.processor`)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def write_rows(path: str | Path, rows: Sequence[Row]) -> None:

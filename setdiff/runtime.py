@@ -9,6 +9,9 @@ explicit `torch.Generator`s and do not depend on it.
 
 from __future__ import annotations
 
+import os
+import platform
+
 import torch
 
 from setdiff.config import check
@@ -46,3 +49,28 @@ def unavailable(device: str) -> str | None:
     if kind == "mps" and not torch.backends.mps.is_available():
         return f"{device!r} is not available here (torch.backends.mps.is_available() is False)"
     return None
+
+
+def host() -> dict[str, object]:
+    """What decides a CPU run's floating-point results besides the code and the seed: the CPU
+    model and core count, and the instruction set torch dispatches its kernels to
+    (``cpu_capability``: AVX2, AVX512, ...). Two hosts that differ here can train different
+    weights from the same inputs (one host, and its thread count, reproduces them bit for bit)."""
+    return {
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "torch": torch.__version__,
+    }
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux ``/proc/cpuinfo``; elsewhere `platform.processor`)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

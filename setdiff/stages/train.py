@@ -40,6 +40,7 @@ from setdiff.paradigm import PARADIGMS, Paradigm, make_paradigm
 from setdiff.preset import ModelSpec, load_preset
 from setdiff.preset import model_config as model_config  # the former helper (tests call it)
 from setdiff.recipe import CurveConfig, TaskTrainConfig
+from setdiff.runtime import host
 from setdiff.stages.common import Layout, parse_args, setup_logging
 from setdiff.tasks import ANSWER_TASKS, read_records
 from setdiff.tokenizer import Tokenizer, load_tokenizer
@@ -132,6 +133,7 @@ def main(argv: list[str]) -> None:
             "parameters": net.num_parameters(),
             "run_id": rid,
             "world_size": rank_and_world()[1],
+            "host": host(),  # the weights are reproducible on this kind of host (runtime.host)
         },
     )
 
