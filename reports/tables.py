@@ -393,12 +393,14 @@ def _spread_cells(
         "one-run SE": fmt(spread.get("binomial_se"), ".3f"),
         "tokens/forward": fmt(statistics.fmean(per_forward), ".2f") if per_forward else "",
         "− AR per seed": "",
+        "worst − AR": "",
         "sign on every seed": "",
         "sd > 0.03": "" if _blank(sd) else ("yes" if sd > SEED_SD_LIMIT else "no"),
     }
     gaps = [a - ar[s] for s, a in zip(seeds, accuracies, strict=False) if ar and s in ar]
     if gaps:
         cells["− AR per seed"] = ", ".join(f"{g:+.3f}" for g in gaps)
+        cells["worst − AR"] = f"{min(gaps):+.3f}"
         signs = {(g > 0) - (g < 0) for g in gaps}
         named = {frozenset({1}): "above AR", frozenset({-1}): "below AR", frozenset({0}): "tie"}
         cells["sign on every seed"] = named.get(frozenset(signs), "mixed")

@@ -245,6 +245,7 @@ def test_the_report_table_renders_from_a_metrics_file(tmp_path: Path) -> None:
     # each seed against the same seed's AR model: the sign differs between seeds
     assert table.loc["setdlm", "− AR per seed"] == "+0.010, -0.040"
     assert table.loc["setdlm", "sign on every seed"] == "mixed"
+    assert table.loc["setdlm", "worst − AR"] == "-0.040"
     assert table.loc["setdlm verify W8", "− AR per seed"] == "+0.030, +0.010"
     assert table.loc["setdlm verify W8", "sign on every seed"] == "above AR"
     assert table.loc["setdlm verify W8", "tokens/forward"] == "3.40"
