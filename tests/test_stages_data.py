@@ -188,3 +188,17 @@ def test_tokenize_refuses_an_empty_split(tmp_path: Path) -> None:
     run(prepare, tmp_path / "params.yaml", tmp_path / "data", "arith")
     with pytest.raises(ValueError, match="no example fits seq_len=4"):
         run(tokenize, tmp_path / "params.yaml", tmp_path / "data", "arith")
+
+
+@pytest.mark.parametrize(
+    "name", ["backbone", "baseline", "bench", "lmeval", "lossless", "seeds", "setsize"]
+)
+def test_answer_stages_refuse_a_task_without_answers_first(name: str, tmp_path: Path) -> None:
+    """A stage that scores answers names the bad ``--task`` before it reads anything (the
+    params file here does not even exist)."""
+    import importlib
+
+    stage = importlib.import_module(f"setdiff.stages.{name}")
+    argv = ["--params", str(tmp_path / "missing.yaml"), "--task", "text", "--root", str(tmp_path)]
+    with pytest.raises(ConfigError, match=r"^--task: 'text' has no answers to score; use \["):
+        stage.main(argv)

@@ -29,6 +29,7 @@ import torch
 from setdiff.config import ConfigError, check, frozen
 from setdiff.measure import count_new_tokens, timed
 from setdiff.paradigm import make_paradigm
+from setdiff.progress import progress_bar
 from setdiff.sampling.loop import generate
 from setdiff.tradeoff import bootstrap, group, summarize
 from setdiff.train import TrainConfig
@@ -107,7 +108,7 @@ def compare(
         decode(warmup)
     rows: list[dict[str, Any]] = []
     outputs: dict[str, list[Decoded]] = {name: [] for name in decoders}
-    for i, prompt in enumerate(prompts):
+    for i, prompt in enumerate(progress_bar(prompts, desc=f"lossless ({len(decoders)} methods)")):
         for name, decode in decoders.items():
             out, seconds = timed(lambda d=decode, p=prompt: d(p), torch.device("cpu"))
             outputs[name].append(out)

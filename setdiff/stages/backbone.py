@@ -48,7 +48,7 @@ from setdiff.paradigm import ARConfig, SetDLMConfig, make_paradigm
 from setdiff.preset import load_preset
 from setdiff.recipe import BackboneStudyConfig
 from setdiff.stages.common import Layout, parse_args, setup_logging
-from setdiff.tasks import ANSWER_TASKS, read_records
+from setdiff.tasks import read_records
 from setdiff.tokenizer import Tokenizer, load_tokenizer
 from setdiff.train import TrainConfig, train
 
@@ -57,14 +57,10 @@ log = logging.getLogger(__name__)
 
 def main(argv: list[str]) -> None:
     only, argv = _only(argv)
-    args = parse_args(argv, "Backbone study: AR and setdlm accuracy per variant.")
+    args = parse_args(argv, "Backbone study: AR and setdlm accuracy per variant.", answers=True)
     setup_logging()
     preset = load_preset(args.params)
     study = preset.section("backbone", BackboneStudyConfig)
-    if args.task not in ANSWER_TASKS:
-        raise ConfigError(
-            f"--task: {args.task!r} has no answers to score; use {sorted(ANSWER_TASKS)}"
-        )
     layout = Layout(args.root, args.task)
     tokenizer = load_tokenizer(layout.tokenizer)
     train_split, valid_split = (ArraySplit.load(layout.encoded(s)) for s in ("train", "valid"))

@@ -32,7 +32,7 @@ import torch
 
 from setdiff.artifacts import LoadedModel, load_model
 from setdiff.baselines.config import BaselineConfig, VLLMConfig
-from setdiff.config import ConfigError, to_dict
+from setdiff.config import to_dict
 from setdiff.evaluate import score_answer
 from setdiff.files import write_json
 from setdiff.measure import Row, count_new_tokens, fingerprint, peak_memory_mb, timed, write_rows
@@ -42,18 +42,16 @@ from setdiff.runtime import setup_torch
 from setdiff.sampling.batch import generate_batch
 from setdiff.sampling.loop import generate
 from setdiff.stages.common import Layout, parse_args, setup_logging
-from setdiff.tasks import ANSWER_TASKS, read_records
+from setdiff.tasks import read_records
 
 log = logging.getLogger(__name__)
 
 
 def main(argv: list[str]) -> None:
-    args = parse_args(argv, "AR baselines served by other engines.")
+    args = parse_args(argv, "AR baselines served by other engines.", answers=True)
     setup_logging()
     preset = load_preset(args.params)
     config = preset.section("baseline", BaselineConfig)
-    if args.task not in ANSWER_TASKS:
-        raise ConfigError(f"baseline: task {args.task!r} has no answers")
     layout = Layout(args.root, args.task)
     setup_torch(threads=config.threads or None)
     from setdiff.hf import export_hf

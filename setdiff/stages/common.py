@@ -15,15 +15,20 @@ from collections.abc import Collection
 from pathlib import Path
 
 from setdiff.config import ConfigError
-from setdiff.tasks import TASKS, check_task
+from setdiff.tasks import ANSWER_TASKS, TASKS, check_task
 
 
 def parse_args(
-    argv: list[str], description: str, *, paradigms: Collection[str] = ()
+    argv: list[str],
+    description: str,
+    *,
+    paradigms: Collection[str] = (),
+    answers: bool = False,
 ) -> argparse.Namespace:
     """``--params``, ``--task``, ``--root``, and ``--paradigm`` (one of `paradigms`) when a stage
     runs one paradigm: it passes the registry (`setdiff.paradigm.PARADIGMS`), so a stage that
-    does not, such as prepare, never imports the paradigms (nor, through DVC, depends on them)."""
+    does not, such as prepare, never imports the paradigms (nor, through DVC, depends on them).
+    `answers`: the stage scores answers, so ``--task`` must be one with answers."""
     parser = argparse.ArgumentParser(prog="setdiff", description=description)
     parser.add_argument(
         "--params", default="params.yaml", help="params file (default: params.yaml)"
@@ -34,6 +39,10 @@ def parse_args(
     parser.add_argument("--root", default=".", help="directory holding data/, models/, metrics/")
     args = parser.parse_args(argv)
     check_task(args.task)
+    if answers and args.task not in ANSWER_TASKS:
+        raise ConfigError(
+            f"--task: {args.task!r} has no answers to score; use {sorted(ANSWER_TASKS)}"
+        )
     if paradigms and args.paradigm not in paradigms:
         raise ConfigError(
             f"--paradigm: unknown paradigm {args.paradigm!r}; choose one of {list(paradigms)}"

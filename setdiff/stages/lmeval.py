@@ -31,7 +31,7 @@ from setdiff.files import write_json
 from setdiff.lmeval.config import LmevalConfig
 from setdiff.preset import load_preset
 from setdiff.stages.common import Layout, parse_args, setup_logging
-from setdiff.tasks import ANSWER_TASKS, read_records
+from setdiff.tasks import read_records
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +42,10 @@ METRIC = "exact_match,strict-match"
 def main(argv: list[str]) -> None:
     from setdiff.runtime import setup_torch
 
-    args = parse_args(argv, "Answer accuracy through lm-evaluation-harness.")
+    args = parse_args(argv, "Answer accuracy through lm-evaluation-harness.", answers=True)
     setup_logging()
     preset = load_preset(args.params)
     config = preset.section("lmeval", LmevalConfig)
-    if args.task not in ANSWER_TASKS:
-        raise ConfigError(f"lmeval: task {args.task!r} has no answers; known {list(ANSWER_TASKS)}")
     layout = Layout(args.root, args.task)
     from setdiff.lmeval.model import SetdiffLM
 

@@ -39,25 +39,21 @@ from typing import Any
 import torch
 
 from setdiff import retrain
-from setdiff.config import ConfigError
 from setdiff.files import write_json
 from setdiff.measure import fingerprint
 from setdiff.preset import load_preset
 from setdiff.recipe import SeedStudyConfig, TaskTrainConfig
 from setdiff.stages.common import Layout, parse_args, setup_logging
-from setdiff.tasks import ANSWER_TASKS
 from setdiff.train import TrainConfig
 
 
 def main(argv: list[str]) -> None:
-    args = parse_args(argv, "Seed variance: every paradigm's accuracy per training seed.")
+    args = parse_args(
+        argv, "Seed variance: every paradigm's accuracy per training seed.", answers=True
+    )
     setup_logging()
     preset = load_preset(args.params)
     study = preset.section("seeds", SeedStudyConfig)
-    if args.task not in ANSWER_TASKS:
-        raise ConfigError(
-            f"--task: {args.task!r} has no answers to score; use {sorted(ANSWER_TASKS)}"
-        )
     recipe: TaskTrainConfig = preset.section(f"train.{args.task}", TaskTrainConfig)
     steps = {} if study.steps is None else {"steps": study.steps}
     if study.threads is not None:

@@ -25,24 +25,18 @@ from typing import Any
 
 from setdiff import retrain
 from setdiff.artifacts import load_model
-from setdiff.config import ConfigError
 from setdiff.files import write_json
 from setdiff.initial import weights_sha256
 from setdiff.preset import Preset, load_preset
 from setdiff.recipe import SET_SIZE_KEYS, SetSizeStudyConfig, TaskTrainConfig
 from setdiff.stages.common import Layout, parse_args, setup_logging
-from setdiff.tasks import ANSWER_TASKS
 
 
 def main(argv: list[str]) -> None:
-    args = parse_args(argv, "Set size: diffusion accuracy per set size D.")
+    args = parse_args(argv, "Set size: diffusion accuracy per set size D.", answers=True)
     setup_logging()
     preset = load_preset(args.params)
     study = preset.section("setsize", SetSizeStudyConfig)
-    if args.task not in ANSWER_TASKS:
-        raise ConfigError(
-            f"--task: {args.task!r} has no answers to score; use {sorted(ANSWER_TASKS)}"
-        )
     recipe: TaskTrainConfig = preset.section(f"train.{args.task}", TaskTrainConfig)
     cells = [
         _cell(preset, recipe, study, p, d, args.task, args.root)
