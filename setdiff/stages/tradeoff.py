@@ -3,11 +3,11 @@
 ``setdiff tradeoff --task arith`` reads ``results/bench/<task>.csv`` (and, when present,
 ``results/baseline/<task>.csv`` with AR served by other engines) and writes
 ``metrics/tradeoff/<task>.json``:
-- ``setdlm_vs_ar``: setdlm tokens/s over our AR decoder's, at the fastest setdlm configuration
-  whose accuracy is at most ``max_drop`` (2 points) below AR's; the test accuracy difference to
-  AR with its paired CI; tokens per forward and the cost of a setdlm forward relative to an AR
-  forward (both from the same rows); and ``lossy``: the faster points of setdlm's front, outside
-  the tolerance, each with its speedup and its accuracy cost against AR;
+- ``setdlm_vs_ar``: setdlm tokens/s over our AR decoder's, at the fastest lossless setdlm
+  configuration (verify, or W = 1) whose accuracy is at most ``max_drop`` (2 points) below
+  AR's; the test accuracy difference to AR with its paired CI; tokens per forward and the cost
+  of a setdlm forward relative to an AR forward (both from the same rows); and ``lossy``: the
+  faster points of setdlm's front (thresholds), each with its speedup and accuracy cost;
 - ``setdlm_vs_bd3lm``, ``aogpt_vs_mdlm``: speed at matched accuracy (the best level both reach),
   the test accuracy difference with its paired CI, and ``dominates`` (at least as accurate,
   and faster with the CI above 1);
@@ -122,11 +122,14 @@ def setdlm_vs_ar(
     n_boot: int,
     select_rows: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """setdlm over our AR decoder at the fastest setdlm configuration whose accuracy is within
-    `max_drop` of **AR's**, chosen on `select_rows` when given (`held_out_ratio`); the test
-    accuracy difference to AR with its paired CI; and the lossy operating points (the faster
-    configurations of setdlm's front, outside the tolerance), each with its speedup and its
-    accuracy cost against AR on the test rows."""
+    """setdlm over our AR decoder at the fastest **lossless** setdlm configuration (its output is
+    its own W = 1 greedy decode: `lossless_configs`) whose accuracy is within `max_drop` of
+    **AR's**, chosen on `select_rows` when given (`held_out_ratio`); the test accuracy
+    difference to AR with its paired CI; and the lossy operating points (the faster points of
+    setdlm's front: thresholds), each with its speedup and its accuracy cost against AR on the
+    test rows. Lossy points are not headline candidates: their accuracy cost is a noisy estimate
+    on a few hundred validation prompts (the default run of 2026-12-05 chose τ 0.9 at -1.2
+    points on validation, -6.2 on test), a lossless one's is the model's own."""
     points = summarize(group(rows))
     reference = setdlm_reference(rows)
     ar = _keys(points, "ar")
@@ -134,8 +137,10 @@ def setdlm_vs_ar(
         return {"missing": "needs setdlm threshold-off and ar rows"}
     ar_key = ar[0]
 
+    exact = lossless_configs(rows)
+
     def choose(pts: dict[Key, Point]) -> tuple[Key, Key] | None:
-        candidates = [pts[k] for k in _keys(pts, "setdlm")]
+        candidates = [pts[k] for k in _keys(pts, "setdlm") if k in exact]
         pick = fastest_at(candidates, pts[ar_key].accuracy - max_drop) if ar_key in pts else None
         return (pick.key, ar_key) if pick else None
 
@@ -170,6 +175,20 @@ def setdlm_vs_ar(
         "forward_cost_ratio": forward_cost_ratio(rows, key, ar_key),
         "lossy": lossy,
     }
+
+
+def lossless_configs(rows: list[dict[str, Any]]) -> set[Key]:
+    """setdlm configurations whose output is by construction its W = 1 greedy decode: verify
+    (self-speculative) at any window, and W = 1 itself (threshold off)."""
+    out = set()
+    for r in rows:
+        if r["paradigm"] != "setdlm":
+            continue
+        verify = "verify=True" in str(r["config"])
+        plain = r.get("window") == 1 and r.get("threshold") is None
+        if verify or plain:
+            out.add((r["paradigm"], r["engine"], r["config"]))
+    return out
 
 
 def accuracy_diff(rows: list[dict[str, Any]], a: Key, b: Key, n_boot: int) -> dict[str, Any]:
