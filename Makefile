@@ -62,7 +62,7 @@ run:
 	$(BIN)/setdiff summary
 
 test: install
-	$(BIN)/pytest -n 2 --timeout 900
+	$(BIN)/pytest -n 2 --dist loadgroup --timeout 900
 
 # Optional: the community vLLM CPU build in its own venv (.venv-vllm, ~3.4 GB) for the AR baseline
 # served over HTTP; on a GPU machine install `vllm` instead and set SETDIFF_VLLM_PYTHON.

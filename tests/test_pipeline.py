@@ -14,16 +14,28 @@ import yaml
 from checkout import copy_checkout, env, sh
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh git repository holding the tracked files of this checkout."""
     return copy_checkout(tmp_path_factory.mktemp("repo"))
 
 
-@pytest.mark.slow
-def test_smoke_preset_reproduces_and_second_run_is_a_noop(repo: Path) -> None:
+# The tests sharing `smoke` run on one xdist worker (group "smoke", `--dist loadgroup` in the
+# Makefile), so the smoke run is built once; each still passes alone (the fixture builds it).
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    """A fresh copy after `setdiff preset smoke` and `dvc repro`: the copy and the run."""
+    repo = copy_checkout(tmp_path_factory.mktemp("smoke"))
     sh("setdiff", "preset", "smoke", cwd=repo)
-    run = sh("dvc", "repro", cwd=repo, check=False)
+    return repo, sh("dvc", "repro", cwd=repo, check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("smoke")
+def test_smoke_preset_reproduces_and_second_run_is_a_noop(
+    smoke: tuple[Path, subprocess.CompletedProcess],
+) -> None:
+    repo, run = smoke
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     for task in ("arith", "text"):
         for paradigm in ("ar", "mdlm", "bd3lm", "aogpt", "setdlm"):
@@ -37,10 +49,15 @@ def test_smoke_preset_reproduces_and_second_run_is_a_noop(repo: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_record_is_readable_portable_and_stable(repo: Path) -> None:
+@pytest.mark.xdist_group("smoke")
+def test_the_record_is_readable_portable_and_stable(
+    smoke: tuple[Path, subprocess.CompletedProcess],
+) -> None:
     """After the smoke run: `setdiff summary` (the end of `make run`) prints the headline in a
     few lines, `dvc metrics show` is one short row, no metrics file names this checkout's path,
     and retraining to the same weights leaves the model's hash, so nothing downstream is stale."""
+    repo, run = smoke
+    assert run.returncode == 0, run.stderr[-3000:]
     shown = sh("setdiff", "summary", cwd=repo).stdout
     assert "accuracy" in shown and "setdlm" in shown and "x AR (95% CI" in shown, shown
     assert "reports/out/report.md" in shown and "not built" not in shown
