@@ -56,7 +56,8 @@ run:
 	  fi; \
 	fi
 	$(BIN)/setdiff preset $(PRESET)
-	# The fine-tunes (train stages) side by side, cores / threads at a time; then the rest.
+	# Every stage in DAG order, as many at a time as their threads fit the cores; then `dvc repro`
+	# (which finds nothing left to do unless a stage failed).
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m flows.lanes
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/dvc repro
 	$(BIN)/setdiff summary

@@ -1,25 +1,25 @@
-"""The fine-tunes side by side: the ``train`` stages through ``dvc repro``, several at a time.
+"""Every stage of ``dvc repro``, several at a time as the cores allow.
 
-``dvc repro`` runs one stage at a time. The fine-tunes (``train@<task>-<paradigm>``, about half
-of a default run) only need their AR models, not each other. On the 2-core CI machine two
-1-thread trainings side by side each step as fast as one alone, while a 2-thread step is only
-1.3-1.4x faster than a 1-thread one, so two at a time they finish about 1.4x sooner. Weights do
-not depend on the thread count (bit-identical at 1 and 2 threads), so this changes time only.
+``dvc repro`` runs one stage at a time: on the 2-core CI machine one core idles through the
+fine-tunes and through most of the evaluation that follows. ``python -m flows.lanes`` (``make
+run`` calls it before ``dvc repro``, which then finds nothing to do) runs the same stages in
+DAG order, as many at a time as their threads fit the usable cores:
 
-``python -m flows.lanes`` (``make run`` calls it before ``dvc repro``):
+- each stage takes its `threads` cores (`stage_threads`: the ``threads`` of its params section;
+  0 = torch's default, all cores); a stage that starts servers or worker pools of its own
+  (``baseline``, ``lmeval``, ``ablate``) or that this module does not know runs alone;
+- a stage starts once every stage upstream of it has ended; among those ready, the one with the
+  longest chain of work behind it first (the committed ``metrics/train`` seconds, else
+  `DEFAULT_SECONDS`), and a narrower one fills a core the first cannot use;
+- each is ``dvc --wait-for-lock repro --single-item <stage>``: DVC releases its repository lock
+  while a stage's command runs and records each stage in ``dvc.lock`` as it ends. Its output goes
+  to ``.dvc/tmp/lanes/<stage>.log``; the terminal gets one line as each starts and ends.
 
-1. ``dvc repro`` of every stage the train stages depend on (one at a time, as DVC decides);
-2. the train stages, `lanes` at a time, longest first (the committed ``metrics/train`` seconds,
-   else the steps in params), each ``dvc --wait-for-lock repro --single-item <stage>``: DVC
-   releases its repository lock while a stage's command runs and records each stage in
-   ``dvc.lock`` as it ends. Each stage's output goes to ``.dvc/tmp/lanes/<stage>.log``; the
-   terminal gets one line as each starts and ends.
-
-Lanes default to the usable cores divided by the stages' largest ``threads``
-(``train.<task>.diffusion``, or ``train.<task>.paradigms.<p>``; 0 = torch's default, all cores,
-so one lane). A failed stage stops new ones from starting; the running ones finish and are
-recorded; the run then exits 1 naming the stage and its log. What the lanes left is what
-``dvc repro`` runs next, so plain ``dvc repro`` gives the same outputs, one stage at a time.
+On 2 cores two 1-thread trainings side by side each step as fast as one alone, weights are
+bit-identical at 1 and 2 threads, and every timed stage interleaves its methods per prompt (a
+neighbour's load hits all of them alike), so the lanes change wall time, not results. A failed
+stage starts nothing new; the running ones finish and are recorded; the run exits 1 naming the
+stage and its log. Plain ``dvc repro`` gives the same outputs, one stage at a time.
 Orchestration only: no torch, no setdiff import; stages, edges and params are read from DVC and
 ``params.yaml``.
 """
@@ -33,33 +33,45 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-GROUP = "train"
-"""The foreach group whose stages run side by side."""
 DVC = (sys.executable, "-m", "dvc")
 LOG_DIR = Path(".dvc") / "tmp" / "lanes"
+ALONE = frozenset({"baseline", "lmeval", "ablate"})
+"""Stage groups that start processes of their own (vLLM servers, Dask workers): all cores."""
+SECTION = {
+    "evaluate": ("evaluate",),
+    "textgen": ("textgen",),
+    "bench": ("bench", "run"),
+    "lossless": ("lossless",),
+    "setsize": ("setsize",),
+}
+"""Stage group -> the params section whose ``threads`` it runs on."""
+ONE = frozenset({"prepare", "tokenize", "floor", "tradeoff", "summary", "report"})
+"""Stage groups that read and write files, single-threaded (no torch compute to speak of)."""
+DEFAULT_SECONDS = 60.0
+"""A stage's cost when no committed metrics say better (only the order of ties depends on it)."""
 _EDGE = re.compile(r'^"(?P<up>[^"]+)" -> "(?P<down>[^"]+)";$')
 
 
 class LaneError(RuntimeError):
-    """A plan that cannot run (a train stage depending on another, oversubscribed cores)."""
+    """A plan that cannot run (a cycle, a bad core count)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Plan:
-    upstream: tuple[str, ...]
-    """Stages the train stages depend on, reproduced first, one at a time."""
-    stages: tuple[str, ...]
-    """The train stages, longest first."""
-    lanes: int
+    order: tuple[str, ...]
+    """Every stage, the longest chain of work behind it first."""
+    ups: Mapping[str, frozenset[str]]
+    """The stages each one waits for (its direct upstream)."""
+    width: Mapping[str, int]
+    """Cores each stage takes (1 .. cores)."""
+    cores: int
 
 
 def cores() -> int:
@@ -73,98 +85,121 @@ def edges_from_dot(dot: str) -> list[tuple[str, str]]:
     return [(m["up"], m["down"]) for m in found if m]
 
 
-def stage_threads(params: Mapping[str, Any], stage: str) -> int:
-    """`threads` of ``train@<task>-<paradigm>`` as its stage resolves it (0 = all cores)."""
-    task, paradigm = stage.split("@", 1)[1].split("-", 1)
-    recipe = params.get("train", {}).get(task, {})
-    override = (recipe.get("paradigms") or {}).get(paradigm) or {}
-    return int(override.get("threads", (recipe.get("diffusion") or {}).get("threads", 0)))
+def _split(stage: str) -> tuple[str, str, str]:
+    """``group@task-paradigm`` -> (group, task, paradigm); missing parts are empty."""
+    group, _, item = stage.partition("@")
+    task, _, paradigm = item.partition("-")
+    return group, task, paradigm
 
 
-def stage_cost(root: Path, params: Mapping[str, Any], stage: str) -> tuple[float, float]:
-    """Sort key, larger first: the last recorded training seconds, then the steps in params."""
-    task, paradigm = stage.split("@", 1)[1].split("-", 1)
-    recipe = params.get("train", {}).get(task, {})
-    override = (recipe.get("paradigms") or {}).get(paradigm) or {}
-    steps = float(override.get("steps", (recipe.get("diffusion") or {}).get("steps", 0)))
-    metrics = root / "metrics" / "train" / task / f"{paradigm}.json"
+def stage_threads(params: Mapping[str, Any], stage: str) -> int | None:
+    """Threads `stage` runs on as its command resolves them (0 = all cores); None = alone."""
+    group, task, paradigm = _split(stage)
+    if group in ONE:
+        return 1
+    if group in ("train", "train_ar"):
+        recipe = params.get("train", {}).get(task, {})
+        if group == "train_ar":
+            return int((recipe.get("ar") or {}).get("threads", 0))
+        override = (recipe.get("paradigms") or {}).get(paradigm) or {}
+        return int(override.get("threads", (recipe.get("diffusion") or {}).get("threads", 0)))
+    if group in SECTION:
+        section: Any = params
+        for key in SECTION[group]:
+            section = (section or {}).get(key)
+        threads = int((section or {}).get("threads", 0))
+        if group == "lossless":
+            draft = int(((section or {}).get("draft_train") or {}).get("threads", 0))
+            threads = 0 if 0 in (threads, draft) else max(threads, draft)
+        return threads
+    return None
+
+
+def stage_seconds(root: Path, stage: str) -> float:
+    """The last recorded training seconds of a train stage, else `DEFAULT_SECONDS`."""
+    group, task, paradigm = _split(stage)
+    if group not in ("train", "train_ar"):
+        return DEFAULT_SECONDS
+    metrics = root / "metrics" / "train" / task / f"{paradigm or 'ar'}.json"
     try:
-        seconds = float(json.loads(metrics.read_text())["seconds"])
+        return float(json.loads(metrics.read_text())["seconds"])
     except (OSError, ValueError, KeyError, TypeError):
-        seconds = 0.0
-    return seconds, steps
+        return DEFAULT_SECONDS
 
 
 def plan(
     names: Sequence[str],
     edges: Sequence[tuple[str, str]],
-    threads: Mapping[str, int],
-    costs: Mapping[str, tuple[float, float]],
+    threads: Mapping[str, int | None],
+    seconds: Mapping[str, float],
     n_cores: int,
-    lanes: int | None = None,
 ) -> Plan:
-    """What runs first, what runs side by side, and how many at a time."""
-    stages = [n for n in names if n.startswith(f"{GROUP}@")]
-    ups: dict[str, set[str]] = {}
+    """What waits for what, how wide each stage is, and who goes first."""
+    if n_cores < 1:
+        raise LaneError(f"--cores must be >= 1, got {n_cores}")
+    known = set(names)
+    ups: dict[str, set[str]] = {n: set() for n in names}
+    downs: dict[str, set[str]] = {n: set() for n in names}
     for up, down in edges:
-        ups.setdefault(down, set()).add(up)
-    upstream: set[str] = set()
-    for stage in stages:
-        todo = list(ups.get(stage, ()))
-        while todo:
-            node = todo.pop()
-            if node in stages:
-                raise LaneError(f"{stage} depends on {node}: train stages must be independent")
-            if node not in upstream:
-                upstream.add(node)
-                todo.extend(ups.get(node, ()))
-    widest = max((threads[s] or n_cores for s in stages), default=1)
-    if lanes is None:
-        lanes = max(1, n_cores // widest)
-    elif lanes < 1:
-        raise LaneError(f"--lanes must be >= 1, got {lanes}")
-    elif lanes > 1 and lanes * widest > n_cores:
-        raise LaneError(
-            f"--lanes {lanes} x {widest} threads (train.<task>.diffusion.threads) > {n_cores} "
-            "cores: oversubscribed trainings run many times slower; lower one of them"
-        )
-    ordered = sorted(stages, key=lambda s: costs[s], reverse=True)
-    return Plan(tuple(n for n in names if n in upstream), tuple(ordered), lanes)
+        if up in known and down in known:
+            ups[down].add(up)
+            downs[up].add(down)
+    chain: dict[str, float] = {}
+
+    def behind(node: str, path: frozenset[str]) -> float:
+        if node in path:
+            raise LaneError(f"the stages form a cycle through {node}")
+        if node not in chain:
+            tail = max((behind(d, path | {node}) for d in downs[node]), default=0.0)
+            chain[node] = seconds.get(node, DEFAULT_SECONDS) + tail
+        return chain[node]
+
+    for n in names:
+        behind(n, frozenset())
+    width = {n: min(threads.get(n) or n_cores, n_cores) for n in names}
+    order = sorted(names, key=lambda n: (-chain[n], names.index(n)))
+    return Plan(tuple(order), {n: frozenset(u) for n, u in ups.items()}, width, n_cores)
 
 
-def run_lanes(stages: Sequence[str], lanes: int, root: Path, dvc: Sequence[str] = DVC) -> list[str]:
-    """Run `stages` `lanes` at a time; returns the ones that failed (none started after one)."""
+def run_lanes(todo: Plan, root: Path, dvc: Sequence[str] = DVC) -> list[str]:
+    """Run every stage of `todo` as its upstream ends and cores free; returns the failed ones
+    (none starts after a failure)."""
     log_dir = root / LOG_DIR
     log_dir.mkdir(parents=True, exist_ok=True)
+    pending = list(todo.order)
+    running: dict[str, tuple[subprocess.Popen[bytes], float]] = {}
+    done: set[str] = set()
     failed: list[str] = []
-    lock = threading.Lock()
-    free = list(range(lanes, 0, -1))
-
-    def one(stage: str) -> None:
-        with lock:
-            if failed:
-                return
-            lane = free.pop()
-        log = log_dir / f"{stage}.log"
-        _say(f"[{lane}] {stage}: started (log {LOG_DIR / log.name})")
-        began = time.monotonic()
-        with log.open("w") as out:
-            argv = [*dvc, "--wait-for-lock", "repro", "--single-item", stage]
-            code = subprocess.run(argv, cwd=root, stdout=out, stderr=subprocess.STDOUT).returncode
-        minutes = (time.monotonic() - began) / 60
-        with lock:
-            free.append(lane)
+    free = todo.cores
+    while running or (pending and not failed):
+        for stage in [] if failed else list(pending):
+            if todo.ups[stage] <= done and todo.width[stage] <= free:
+                pending.remove(stage)
+                free -= todo.width[stage]
+                log = log_dir / f"{stage}.log"
+                with log.open("w") as out:
+                    argv = [*dvc, "--wait-for-lock", "repro", "--single-item", stage]
+                    proc = subprocess.Popen(argv, cwd=root, stdout=out, stderr=subprocess.STDOUT)
+                running[stage] = (proc, time.monotonic())
+                _say(f"{stage}: started on {todo.width[stage]} of {todo.cores} cores")
+        if not running:
+            break  # what is pending waits for a stage that failed or never ran
+        time.sleep(0.1)
+        for stage, (proc, began) in list(running.items()):
+            code = proc.poll()
+            if code is None:
+                continue
+            del running[stage]
+            free += todo.width[stage]
+            log = log_dir / f"{stage}.log"
             if code == 0:
+                done.add(stage)
                 skipped = "didn't change, skipping" in log.read_text(errors="replace")
-                what = "up to date" if skipped else f"done in {minutes:.1f} min"
-                _say(f"[{lane}] {stage}: {what}")
+                minutes = (time.monotonic() - began) / 60
+                _say(f"{stage}: {'up to date' if skipped else f'done in {minutes:.1f} min'}")
             else:
                 failed.append(stage)
-                _say(f"[{lane}] {stage}: failed (exit {code}): {_last_line(log)}")
-
-    with ThreadPoolExecutor(max_workers=lanes) as pool:
-        for future in [pool.submit(one, s) for s in stages]:
-            future.result()
+                _say(f"{stage}: failed (exit {code}): {_last_line(log)}")
     return failed
 
 
@@ -184,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--root", default=".", type=Path)
-    parser.add_argument("--lanes", type=int, help="stages at a time (default: cores / threads)")
+    parser.add_argument("--cores", type=int, help="cores to fill (default: the usable ones)")
     args = parser.parse_args(argv)
     root: Path = args.root
     params_path = root / "params.yaml"
@@ -195,24 +230,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     names = _dvc(root, "stage", "list", "--name-only").split()
     edges = edges_from_dot(_dvc(root, "dag", "--dot"))
-    stages = [n for n in names if n.startswith(f"{GROUP}@")]
+    n_cores = cores() if args.cores is None else args.cores
     try:
         todo = plan(
             names,
             edges,
-            {s: stage_threads(params, s) for s in stages},
-            {s: stage_cost(root, params, s) for s in stages},
-            cores(),
-            args.lanes,
+            {s: stage_threads(params, s) for s in names},
+            {s: stage_seconds(root, s) for s in names},
+            n_cores,
         )
     except (LaneError, ValueError, AttributeError) as err:
         print(f"lanes: {err}", file=sys.stderr)
         return 2
-    if todo.upstream and subprocess.run([*DVC, "repro", *todo.upstream], cwd=root).returncode:
-        print(f"lanes: dvc repro of {', '.join(todo.upstream)} failed", file=sys.stderr)
-        return 1
-    _say(f"{len(todo.stages)} {GROUP} stages, {todo.lanes} at a time on {cores()} cores")
-    failed = run_lanes(todo.stages, todo.lanes, root)
+    _say(f"{len(names)} stages on {n_cores} cores, each as its upstream ends")
+    failed = run_lanes(todo, root)
     if failed:
         logs = ", ".join(str(LOG_DIR / f"{s}.log") for s in failed)
         print(f"lanes: {', '.join(failed)} failed; see {logs}", file=sys.stderr)

@@ -407,7 +407,7 @@ ITEMS: tuple[Item, ...] = (
         needs=("train",),
         make=lambda d: _when(d.run.train, tables.training_table),
         caption="seconds: each training's wall time on its recipe's `threads` (`make run` "
-        "trains the fine-tunes side by side, `flows.lanes`).",
+        "runs stages side by side as the cores allow, `flows.lanes`).",
     ),
     Item(
         name="run_facts",

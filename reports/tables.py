@@ -593,8 +593,10 @@ def run_facts_table(
     rows.append(
         (
             "stages",
-            "`dvc repro` runs one stage at a time; `make run` trains the fine-tunes two at a time "
-            "(`flows.lanes`, one thread each), then runs the rest one at a time",
+            "`dvc repro` runs one stage at a time; `make run` runs them as many at a time as "
+            "their threads fit the cores (`flows.lanes`; baseline, lmeval and ablate alone); "
+            "timed stages interleave their methods per prompt, so a neighbour's load hits all "
+            "alike",
         )
     )
     return pd.DataFrame(rows, columns=["fact", "value"])

@@ -1407,4 +1407,4 @@ def test_run_facts_answer_a_reviewer(derived: Derived) -> None:
     assert facts["arith: diffusion training"] == "seed 0, default thread(s), 20 steps"
     assert facts["arith: setdlm vs ar, operating point"] == "chosen on 200 validation prompts"
     assert facts["machine"].startswith("x86_64")
-    assert "two at a time" in facts["stages"]
+    assert "as many at a time as their threads fit the cores" in facts["stages"]
