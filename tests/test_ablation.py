@@ -314,7 +314,12 @@ def test_promote_writes_pareto_configs_keeping_comments(
     promote.main(["--study", "s1", "--preset", "smoke"])
     text = (tmp_path / "params" / "smoke.yaml").read_text()
     data = yaml.safe_load(text)
-    assert data["bench"]["sweep"]["setdlm"] == {"threshold": ["off", 0.7], "window": [2, 4]}
+    # the first grid takes the chosen values; the lossless W = 1 grid after it stays
+    assert data["bench"]["sweep"]["setdlm"] == [
+        {"threshold": ["off", 0.7], "window": [2, 4]},
+        {"window": [1]},
+    ]
+    assert data["bench"]["sweep"]["bd3lm"] == yaml.safe_load(source)["bench"]["sweep"]["bd3lm"]
     assert data["decode"]["setdlm"] == {"window": 2, "threshold": "off"}  # the most accurate
     assert data["paradigm"]["setdlm"]["set_size"] == 2
     assert text.splitlines()[:2] == source.splitlines()[:2]  # the header comment survives

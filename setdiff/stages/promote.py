@@ -8,7 +8,8 @@ re-exports. It takes the study's Pareto trials (or the listed ones) and, for eac
 them, rewrites in ``params/<preset>.yaml``:
 
 - ``bench.sweep.<paradigm>``: for each decode option the study varied (window, threshold), the
-  values the chosen trials use: the smallest grid holding every chosen configuration. The bench
+  values the chosen trials use: the smallest grid holding every chosen configuration (in a list
+  of grids, the first; the others, such as setdlm's lossless W = 1 and verify, stay). The bench
   stage measures them side by side with every baseline, and DVC records the numbers;
 - ``decode.<paradigm>``: the most accurate chosen configuration (what ``evaluate`` decodes with);
 - ``paradigm.<paradigm>``: the training knobs (D, s_max, k), when the study trained; the chosen
@@ -103,7 +104,11 @@ def promote(text: str, chosen: Sequence[Mapping[str, Any]], path: Path) -> str:
         raise ConfigError(f"{path}: no bench.sweep section to promote into")
     for paradigm in sorted({t["paradigm"] for t in chosen}):
         group = [t for t in chosen if t["paradigm"] == paradigm]
-        _set(sweep, paradigm, _sweep(group))
+        grids = sweep.get(paradigm)
+        if isinstance(grids, list) and grids:  # grids: the first holds the ablated options
+            _update(grids[0], _sweep(group))
+        else:
+            _set(sweep, paradigm, _sweep(group))
         best = max(group, key=lambda t: (t["metrics"]["accuracy"], -t["number"]))
         keys = {DECODE_OPTIONS[k] for t in group for k in t["params"] if k in DECODE_OPTIONS}
         _set(data["decode"], paradigm, {k: best["decode_options"][k] for k in sorted(keys)})
@@ -147,10 +152,15 @@ def _set(section: Any, paradigm: str, values: Mapping[str, Any]) -> None:
         return
     if section.get(paradigm) is None:
         section[paradigm] = _flow(CommentedMap())
+    _update(section[paradigm], values)
+
+
+def _update(node: Any, values: Mapping[str, Any]) -> None:
+    """Set `node`'s keys to `values` (lists in flow style), leaving its other keys as they are."""
     for key, value in values.items():
         if isinstance(value, list):
             value = _flow(CommentedSeq(map(_quoted, value)))
-        section[paradigm][key] = _quoted(value)
+        node[key] = _quoted(value)
 
 
 def _flow(node: Any) -> Any:
