@@ -8,7 +8,9 @@ total latency, tokens per forward = total new tokens / total forwards, latency a
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -142,6 +144,35 @@ def pareto_mask(
         if ys[i] > best:
             mask[i], best = True, ys[i]
     return pd.Series(mask, index=frame.index)
+
+
+def accuracy_under_parallelism(
+    tokens_per_forward: Sequence[float],
+    accuracy: Sequence[float],
+    best: float,
+    *,
+    alpha: float = 3.0,
+    drop: float = 5.0,
+) -> float:
+    """d3LLM's AUP (Accuracy Under Parallelism) of one method's operating points, accuracies
+    in points (0-100): sorted by tokens per forward rho, the points within `drop` points of
+    the first one's accuracy y_1 are kept; AUP = rho_1 * y_1 plus the trapezoids of
+    y * W(y) between consecutive points, with the quality weight
+    W(y) = min(exp(-alpha * (1 - y / best)), 1) and `best` the best accuracy of any method on
+    the task. One point gives rho * y; plain AR (rho = 1) gives its accuracy."""
+    pairs = sorted(zip(map(float, tokens_per_forward), map(float, accuracy), strict=True))
+    if not pairs:
+        return math.nan
+    floor = pairs[0][1] - drop
+    kept = [(rho, y) for rho, y in pairs if y >= floor]
+
+    def weighted(y: float) -> float:
+        return y * min(math.exp(-alpha * (1 - y / best)), 1.0)
+
+    area = kept[0][0] * kept[0][1]
+    for (rho0, y0), (rho1, y1) in itertools.pairwise(kept):
+        area += 0.5 * (rho1 - rho0) * (weighted(y0) + weighted(y1))
+    return area
 
 
 # --- decode traces ----------------------------------------------------------------------------

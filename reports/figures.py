@@ -17,8 +17,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.transforms import Bbox
 
-from reports.analysis import pareto_mask
+from reports.analysis import pareto_mask, wilson_interval
 from reports.style import (
     MUTED_COLOR,
     PARADIGM_COLORS,
@@ -60,7 +61,8 @@ def _label(name: str, run: object) -> str:
 def _short_config(config: object) -> str:
     """``threshold=0.9 window=4`` -> ``τ0.9 W4`` (labels that fit beside a point)."""
     text = str(config)
-    for long, short in (("threshold=", "τ"), ("window=", "W"), ("order=", ""), ("=", "")):
+    pairs = (("verify=True", "verify"), ("threshold=", "τ"), ("window=", "W"), ("order=", ""))
+    for long, short in (*pairs, ("=", "")):
         text = text.replace(long, short)
     return text
 
@@ -120,10 +122,38 @@ def _draw_quality_series(
             )
 
 
-def _plot_quality_vs(points: pd.DataFrame, x: str) -> Figure:
+LOSSLESS_MARKERS = ("d", "p", "h", "v", "*", "<")
+"""Markers of the lossless stage's methods, in the stage's order (hollow, one per method)."""
+
+
+def _draw_lossless(ax: Axes, lossless: pd.DataFrame, task: object) -> None:
+    """The lossless stage's speculative methods of `task` (greedy, batch 1, each exactly its
+    reference decode): hollow markers in the method's colour, one legend entry each, with 95%
+    Wilson bars; the plain decodes they speed up (1 token per forward) are the bench's points."""
+    rows = lossless[(lossless["task"] == task) & (lossless["tokens_per_forward"] > 1)]
+    for i, r in enumerate(rows.itertuples(index=False)):
+        method = str(r.method)
+        paradigm = "setdlm" if method.startswith("setdlm") else "ar"
+        color = series_color(paradigm, "transformers" if method.startswith("hf") else "setdiff")
+        low, high = wilson_interval(float(r.accuracy), int(r.n))
+        bars = ax.errorbar(
+            [float(r.tokens_per_forward)],
+            [float(r.accuracy)],
+            yerr=np.nan_to_num([[float(r.accuracy) - low], [high - float(r.accuracy)]]),
+            fmt=LOSSLESS_MARKERS[i % len(LOSSLESS_MARKERS)],
+            color=color,
+            mfc="white",
+            markersize=8,
+            capsize=3,
+            label=f"{method} (lossless)",
+        )
+        bars.lines[0].set_gid(f"lossless:{task}:{method}")
+
+
+def _plot_quality_vs(points: pd.DataFrame, x: str, lossless: pd.DataFrame | None = None) -> Figure:
     label, _, log = QUALITY_X[x]
     tasks = _unique(points, "task")
-    axes = _grid(1, len(tasks))
+    axes = _grid(1, len(tasks), width=7.5)  # the legend sits outside, to the right
     _, larger, _ = QUALITY_X[x]
     for ax, task in zip(axes[0], tasks, strict=True):
         for run_index, run, frame in _runs(_one_ar_per_engine(points[points["task"] == task])):
@@ -132,6 +162,8 @@ def _plot_quality_vs(points: pd.DataFrame, x: str) -> Figure:
                 name = _label(str(series), run)
                 gid = f"{task}:{name}"
                 _draw_quality_series(ax, group, x, name, run_index, gid, labelled=overall)
+        if lossless is not None and not lossless.empty:
+            _draw_lossless(ax, lossless, task)
         ax.set(xlabel=label, ylabel="accuracy (exact match)", title=str(task))
         if log:
             ax.set_xscale("log")
@@ -143,9 +175,28 @@ def _plot_quality_vs(points: pd.DataFrame, x: str) -> Figure:
         if len(mine) and mine["accuracy"].between(0, 1).all():
             ax.set_ylim(*_accuracy_limits(mine))
         ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        hide_overprinted_labels(ax)
     fig = axes[0, 0].figure
     fig.suptitle("bars: 95% Wilson interval of the accuracy; lines: Pareto front", fontsize="small")
     return fig
+
+
+def hide_overprinted_labels(ax: Axes) -> list[str]:
+    """Hide each point label that would overprint one kept before it (in drawing order); the
+    hidden labels' texts, in order. Lays the figure out first (as saving it will), so the
+    boxes are the drawn ones. A hidden label's point stays drawn, and the tables name every
+    configuration."""
+    ax.figure.draw_without_rendering()
+    kept: list[Bbox] = []
+    hidden = []
+    for text in ax.texts:
+        box = text.get_window_extent()
+        if any(box.overlaps(k) for k in kept):
+            text.set_visible(False)
+            hidden.append(text.get_text())
+        else:
+            kept.append(box)
+    return hidden
 
 
 def _accuracy_limits(points: pd.DataFrame) -> tuple[float, float]:
@@ -179,9 +230,18 @@ def plot_quality_vs_throughput(points: pd.DataFrame) -> Figure:
     return _plot_quality_vs(points, "tokens_per_second")
 
 
-def plot_quality_vs_tokens_per_forward(points: pd.DataFrame) -> Figure:
-    """Accuracy vs tokens decoded per model forward (parallelism, independent of hardware)."""
-    return _plot_quality_vs(points, "tokens_per_forward")
+def plot_quality_vs_tokens_per_forward(
+    points: pd.DataFrame, lossless: pd.DataFrame | None = None
+) -> Figure:
+    """Accuracy vs tokens decoded per model forward (parallelism, independent of hardware).
+
+    Args:
+        points: as `plot_quality_vs_throughput`.
+        lossless: the lossless stage's methods (`reports.load` rows: task, method, accuracy,
+            n, tokens_per_forward), drawn as hollow diamonds where they decode more than one
+            token per forward of the main model.
+    """
+    return _plot_quality_vs(points, "tokens_per_forward", lossless)
 
 
 def plot_quality_vs_latency(points: pd.DataFrame) -> Figure:
@@ -262,7 +322,7 @@ def plot_ablation_heatmaps(
         for ax, value in zip(axes[row], values, strict=True):
             table = _pivot(frame, x, y, value)
             cmap = "viridis" if value == "accuracy" else "mako"
-            bounds = {"vmin": 0.0, "vmax": 1.0} if value == "accuracy" else {}
+            bounds = {}  # colours span the data: a 0.80-0.94 grid stays readable
             sns.heatmap(
                 table,
                 annot=table.map(_short),
@@ -502,8 +562,12 @@ def plot_training_curves(log: pd.DataFrame, starts: dict[str, float] | None = No
     tasks = _unique(log, "task")
     metrics = [m for m in ("train_loss", "eval_loss", "accuracy") if m in log]
     axes = _grid(len(tasks), len(metrics), width=5.5, height=3.6)
+    fig = axes[0, 0].figure
     for row, task in enumerate(tasks):
         for ax, metric in zip(axes[row], metrics, strict=True):
+            if log.loc[log["task"] == task, metric].isna().all():
+                ax.remove()  # e.g. a task that logs no accuracy: no empty panel
+                continue
             for run_index, run, frame in _runs(log[log["task"] == task]):
                 for paradigm in paradigm_order(frame["paradigm"]):
                     curve = frame[frame["paradigm"] == paradigm].dropna(subset=[metric])
@@ -524,4 +588,4 @@ def plot_training_curves(log: pd.DataFrame, starts: dict[str, float] | None = No
                 ax.axvline(start, color=MUTED_COLOR, linestyle=":", gid=f"fine_tune_start:{task}")
             ax.set(xlabel="step", ylabel=metric.replace("_", " "), title=f"{task}: {metric}")
             ax.legend(fontsize="small")
-    return axes[0, 0].figure
+    return fig

@@ -158,11 +158,14 @@ ITEMS: tuple[Item, ...] = (
         name="quality_vs_tokens_per_forward",
         title="Accuracy vs tokens per forward",
         section=TRADEOFF,
-        needs=("bench", "baseline"),
-        make=lambda d: _when(d.points, figures.plot_quality_vs_tokens_per_forward),
+        needs=("bench", "baseline", "lossless"),
+        make=lambda d: _when(
+            d.points, lambda p: figures.plot_quality_vs_tokens_per_forward(p, d.run.lossless)
+        ),
         caption=(
             "Tokens decoded per model call: the parallelism a paradigm extracts, independent of "
-            "hardware."
+            "hardware. Hollow markers: the lossless stage's speculative decoders (each exactly "
+            "its reference greedy decode; tokens per forward of the main model)."
         ),
     ),
     Item(
@@ -223,6 +226,22 @@ ITEMS: tuple[Item, ...] = (
             "reference on every prompt (AR for the AR methods, setdlm W = 1 for verify). The "
             "draft size k and the window W are the fastest on the validation prompts; the "
             "test prompts are read once. Ratios with paired 95% bootstrap CIs over prompts."
+        ),
+    ),
+    Item(
+        name="aup",
+        title="Accuracy under parallelism (AUP)",
+        section=TRADEOFF,
+        needs=("bench", "lossless"),
+        make=lambda d: tables.aup_table(d.points, d.run.lossless),
+        caption=(
+            "d3LLM's hardware-independent score of a method's accuracy-vs-tokens-per-forward "
+            "curve (hao-ai-lab/d3LLM): accuracy y in points, tokens per forward rho; the points "
+            "within 5 points of the lowest-rho point's accuracy, AUP = rho_1 y_1 + the "
+            "trapezoids of y W(y), W(y) = min(exp(-3 (1 - y / y_max)), 1), y_max the task's best "
+            "accuracy of any method. Each paradigm over its bench Pareto front (batch 1, greedy "
+            "and thresholded points); each lossless speculative method as its one point. Plain "
+            "AR scores its accuracy. Test prompts; no CI (a sum over operating points)."
         ),
     ),
     Item(

@@ -12,9 +12,16 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from reports.analysis import bootstrap_mean_ci, sort_paradigms, wilson_interval
+from reports.analysis import (
+    accuracy_under_parallelism,
+    bootstrap_mean_ci,
+    pareto_mask,
+    sort_paradigms,
+    wilson_interval,
+)
 from reports.missing import Missing
 
 TEXTGEN_FIRST = (
@@ -453,6 +460,57 @@ def lossless_table(lossless: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def aup_table(points: pd.DataFrame, lossless: pd.DataFrame) -> pd.DataFrame:
+    """Per task and method, d3LLM's accuracy under parallelism (`analysis.
+    accuracy_under_parallelism`): each paradigm of our engine over its bench front (accuracy vs
+    tokens per forward, batch 1), and each speculative method of the lossless stage as its one
+    point; the points used, their tokens/forward and accuracy ranges. Highest AUP first."""
+    curves: list[tuple[str, str, pd.DataFrame]] = []
+    if not points.empty:
+        ours = points[
+            (points["engine"] == "setdiff")
+            & (points.get("source", "bench") == "bench")
+            & (points.get("regime", "latency") == "latency")
+        ]
+        for (task, paradigm), group in ours.groupby(["task", "paradigm"], sort=False):
+            front = group[pareto_mask(group, "tokens_per_forward")]
+            curves.append((str(task), str(paradigm), front))
+    if not lossless.empty:
+        fast = lossless[lossless["tokens_per_forward"] > 1]
+        for r in fast.itertuples(index=False):
+            one = pd.DataFrame(
+                [{"tokens_per_forward": r.tokens_per_forward, "accuracy": r.accuracy}]
+            )
+            curves.append((str(r.task), f"{r.method} (lossless)", one))
+    if not curves:
+        return pd.DataFrame()
+    best: dict[str, float] = {}
+    for task, _, frame in curves:
+        best[task] = max(best.get(task, 0.0), 100 * float(frame["accuracy"].max()))
+    rows = []
+    for task, method, frame in curves:
+        rho, y = frame["tokens_per_forward"].to_list(), (100 * frame["accuracy"]).to_list()
+        score = accuracy_under_parallelism(rho, y, best[task])
+        kept = [a for a in y if a >= y[int(np.argmin(rho))] - 5.0]
+        rows.append(
+            {
+                "task": task,
+                "method": method,
+                "AUP": score,
+                "points": f"{len(kept)} of {len(frame)}",
+                "tokens/forward": _span(frame["tokens_per_forward"], ".2f"),
+                "accuracy": _span(frame["accuracy"], ".3f"),
+            }
+        )
+    table = pd.DataFrame(rows).sort_values(["task", "AUP"], ascending=[True, False], kind="stable")
+    return table.assign(AUP=table["AUP"].map(lambda v: fmt(v, ".1f"))).reset_index(drop=True)
+
+
+def _span(values: pd.Series, spec: str) -> str:
+    low, high = float(values.min()), float(values.max())
+    return fmt(low, spec) if low == high else f"{fmt(low, spec)}–{fmt(high, spec)}"
 
 
 def _ratio_ci(row: dict[str, Any], key: str) -> str:

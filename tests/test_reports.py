@@ -779,6 +779,62 @@ def test_quality_figures_plot_the_summary(derived: Derived, x: str) -> None:
     assert not any("threshold=" in t.get_text() for t in ax.texts)
 
 
+def test_lossless_methods_are_drawn_on_the_tokens_per_forward_figure(derived: Derived) -> None:
+    lossless = derived.run.lossless
+    ax = figures.plot_quality_vs_tokens_per_forward(derived.points, lossless).axes[0]
+    drawn = _by_gid(ax.lines, "lossless:arith:")
+    # The speculative ones; the plain decodes (1 token per forward) are the bench's points.
+    assert set(drawn) == {"ar+draft k=2", "setdlm verify W=8"}
+    verify = lossless[lossless["method"] == "setdlm verify W=8"].iloc[0]
+    assert drawn["setdlm verify W=8"].get_xdata()[0] == pytest.approx(verify["tokens_per_forward"])
+    assert drawn["setdlm verify W=8"].get_ydata()[0] == pytest.approx(verify["accuracy"])
+    assert drawn["setdlm verify W=8"].get_color() == PARADIGM_COLORS["setdlm"]
+    assert {"ar+draft k=2 (lossless)", "setdlm verify W=8 (lossless)"} <= set(_legend(ax))
+    plain = figures.plot_quality_vs_tokens_per_forward(derived.points).axes[0]
+    assert not _by_gid(plain.lines, "lossless:")
+
+
+def test_labels_that_would_overprint_are_hidden_in_drawing_order() -> None:
+    ax = Figure(figsize=(4, 3), layout="constrained").subplots()
+    ax.set(xlim=(0, 10), ylim=(0, 1))
+    first = ax.annotate("threshold 0.9", (5.0, 0.5), fontsize=7)
+    close = ax.annotate("threshold 0.8", (5.1, 0.51), fontsize=7)  # overprints the first
+    far = ax.annotate("W8", (1.0, 0.1), fontsize=7)
+    assert figures.hide_overprinted_labels(ax) == ["threshold 0.8"]
+    assert first.get_visible() and far.get_visible() and not close.get_visible()
+    assert figures._short_config("verify=True window=8") == "verify W8"
+
+
+def test_accuracy_under_parallelism_follows_d3llm() -> None:
+    aup = analysis.accuracy_under_parallelism
+    assert aup([1.0], [94.0], 94.0) == pytest.approx(94.0)  # plain AR: its accuracy
+    assert aup([2.0], [90.0], 94.0) == pytest.approx(180.0)  # one point: rho * y
+    # Trapezoids of y * W(y), W(y) = min(exp(-3 (1 - y / y_max)), 1); a point more than 5
+    # points below the first is left out, whatever its parallelism.
+    weight = np.exp(-3 * (1 - 90 / 94))
+    expected = 1 * 94 + 0.5 * (3 - 1) * (94 + 90 * weight)
+    assert aup([3.0, 1.0, 9.0], [90.0, 94.0, 80.0], 94.0) == pytest.approx(expected)
+    assert np.isnan(aup([], [], 94.0))
+
+
+def test_aup_table_ranks_paradigm_fronts_and_lossless_methods(derived: Derived) -> None:
+    table = tables.aup_table(derived.points, derived.run.lossless)
+    arith = table[table["task"] == "arith"].set_index("method")
+    assert {
+        "ar",
+        "mdlm",
+        "setdlm",
+        "ar+draft k=2 (lossless)",
+        "setdlm verify W=8 (lossless)",
+    } <= set(arith.index)
+    assert list(arith["AUP"].astype(float)) == sorted(arith["AUP"].astype(float), reverse=True)
+    # A single lossless point: rho * y, in points.
+    assert float(arith.loc["setdlm verify W=8 (lossless)", "AUP"]) == pytest.approx(
+        2.97 * 94.0, abs=0.05
+    )
+    assert tables.aup_table(pd.DataFrame(), pd.DataFrame()).empty
+
+
 def test_paradigm_colours_are_fixed(derived: Derived) -> None:
     ax = figures.plot_quality_vs_throughput(derived.points).axes[0]
     dots = _by_gid(ax.lines, "points:arith:")
@@ -909,12 +965,13 @@ def test_a_logged_accuracy_gets_its_own_column(derived: Derived) -> None:
     arith = log["task"] == "arith"
     log.loc[arith, "accuracy"] = log.loc[arith, "step"] / 100
     fig = figures.plot_training_curves(log)
-    assert len(fig.axes) == 6  # 2 tasks x (train, eval, accuracy)
+    assert len(fig.axes) == 5  # 2 tasks x (train, eval) + arith's accuracy
     lines = _by_gid([line for ax in fig.axes for line in ax.lines], "")
     for paradigm, group in log[arith].groupby("paradigm"):
         line = lines[f"accuracy:arith:{paradigm}"]
         np.testing.assert_allclose(line.get_ydata(), group.sort_values("step")["accuracy"])
-    assert len(lines["accuracy:text:ar"].get_ydata()) == 0  # text logs no accuracy
+    assert "accuracy:text:ar" not in lines  # text logs no accuracy: no empty panel
+    assert "text: accuracy" not in [ax.get_title() for ax in fig.axes]
 
 
 def test_fine_tunes_are_drawn_after_the_ar_steps_they_start_from(derived: Derived) -> None:
