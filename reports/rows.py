@@ -140,6 +140,9 @@ def load_baseline(root: Path, tasks: list[str], log: MissingLog) -> tuple[pd.Dat
             status = status if isinstance(status, dict) else {"status": str(status)}
             state = str(status.get("status", "unknown"))
             detail = status.get("reason") or status.get("error") or ""
+            if isinstance(status.get("identical_to_setdiff"), int) and engine != "setdiff":
+                same = f"identical to our AR: {status['identical_to_setdiff']}/{status.get('n')}"
+                detail = f"{detail}; {same}" if detail else same
             engines.append({"task": task, "engine": engine, "status": state, "detail": detail})
             if state != "ran":
                 why = f"{state}: {detail}" if detail else state

@@ -68,8 +68,8 @@ def series_label(
 
 def series_color(paradigm: str, engine: str = "setdiff") -> str:
     """Colour of a series: the engine's colour for external AR engines, else the paradigm's."""
-    if paradigm == "ar" and engine != "setdiff":
-        return ENGINE_COLORS.get(engine, UNKNOWN_COLOR)
+    if paradigm == "ar" and engine != "setdiff":  # "vllm+ngram k=2": vLLM's colour
+        return ENGINE_COLORS.get(engine.split("+")[0], UNKNOWN_COLOR)
     return PARADIGM_COLORS.get(paradigm, UNKNOWN_COLOR)
 
 

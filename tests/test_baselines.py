@@ -259,6 +259,7 @@ FAKE_API_SERVER = textwrap.dedent(
                  "--served-model-name"):
         parser.add_argument(flag)
     parser.add_argument("--enforce-eager", action="store_true")
+    parser.add_argument("--speculative-config")
     args = parser.parse_args()
 
     class Handler(BaseHTTPRequestHandler):
@@ -274,7 +275,16 @@ FAKE_API_SERVER = textwrap.dedent(
             self._send({})
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if args.speculative_config and body.get("logit_bias"):  # as vLLM 0.32 does
+                data = b'{"error": "logit_bias not supported with speculative decoding"}'
+                self.send_response(400)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
             ids = [len(body["prompt"]), 2]
+            if args.speculative_config:
+                ids = [json.loads(args.speculative_config)["num_speculative_tokens"], 2]
             self._send({"choices": [{"text": args.served_model_name, "token_ids": ids,
                                      "finish_reason": "stop"}]})
 
@@ -440,3 +450,47 @@ def test_batched_regime_counts_tokens_and_checks_rows_against_the_smallest_batch
     ]  # a full-size warm-up batch (the one warm-up prompt repeated), then 2 + 1 rows
     with pytest.raises(ValueError, match="batch_sizes must be ints >= 1"):
         BaselineConfig(batch_sizes=(0,))
+
+
+def test_vllm_ngram_speculation_gets_its_own_server_and_no_logit_bias(
+    fake_vllm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``baseline.vllm.speculative_tokens``: one server per k with vLLM's n-gram proposer;
+    vLLM refuses logit_bias with speculative decoding, so that engine sends none."""
+    import contextlib
+    import types
+
+    from setdiff.baselines.config import VLLMConfig
+    from setdiff.stages.baseline import _vllm
+
+    monkeypatch.setenv(vllm_server.VLLM_PYTHON_ENV, sys.executable)
+    monkeypatch.setenv("PYTHONPATH", str(fake_vllm))
+    tok = types.SimpleNamespace(eos_id=2, mask_id=3, encode=lambda text: [])
+    own = types.SimpleNamespace(net=types.SimpleNamespace(config=types.SimpleNamespace(
+        max_seq_len=32)), tokenizer=tok)  # fmt: skip
+    config = VLLMConfig(startup_timeout_s=20, speculative_tokens=(4,))
+    status: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        plain = _vllm(config, fake_vllm.parent / "m", own, stack, status)  # type: ignore[arg-type]
+        spec = _vllm(config, fake_vllm.parent / "m", own, stack, status, "vllm+ngram k=4", ngram=4)  # type: ignore[arg-type]
+        assert plain is not None and spec is not None
+        assert plain([1, 5, 6])[0] == [3, 2]  # the fake echoes the prompt length
+        assert spec([1, 5, 6])[0] == [4, 2]  # its server was started with k = 4
+    assert status["vllm"]["status"] == "ran"
+    assert status["vllm+ngram k=4"]["speculative"] == {
+        "method": "ngram",
+        "num_speculative_tokens": 4,
+    }
+    assert status["vllm"]["base_url"] != status["vllm+ngram k=4"]["base_url"]
+
+
+def test_every_engine_is_compared_with_our_decoder_prompt_by_prompt() -> None:
+    from setdiff.stages.baseline import _identical
+
+    ours = [[5, 6, 2], [7, 2], [8, 8, 8]]
+    tokens = {
+        "setdiff": ours,
+        "same after eos": [[5, 6, 2, 9], [7, 2], [8, 8, 8]],  # what follows EOS is not read
+        "one differs": [[5, 6, 2], [7, 7, 2], [8, 8, 8]],
+    }
+    assert _identical(tokens, eos_id=2) == {"setdiff": 3, "same after eos": 3, "one differs": 2}

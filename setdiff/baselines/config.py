@@ -20,6 +20,10 @@ class VLLMConfig:
     """Concurrent requests for the throughput regime."""
     timeout_s: Positive = 60.0
     retries: Count0 = 2
+    speculative_tokens: tuple[Count, ...] = ()
+    """vLLM's speculative decoding with its n-gram (prompt lookup) proposer, k tokens per step:
+    one more server per k, an engine ``vllm+ngram k=K`` (greedy, batch 1; its tokens are
+    compared with our AR's on every prompt). Empty = off."""
 
 
 @frozen

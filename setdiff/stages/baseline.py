@@ -8,7 +8,12 @@ the Hugging Face format (``models/<task>/ar-hf``) and decoded greedily by:
 - ``transformers``: ``generate`` with KV cache on the exported checkpoint;
 - ``vllm``: the exported checkpoint behind vLLM's OpenAI-compatible server (started here on
   127.0.0.1 from the vLLM environment, or ``baseline.vllm.base_url``), called with the openai
-  client; also at concurrency 1..N for the throughput regime (``vllm.concurrency``).
+  client; also at concurrency 1..N for the throughput regime (``vllm.concurrency``);
+- ``vllm+ngram k=K`` (``vllm.speculative_tokens``): the same with vLLM's speculative decoding,
+  its n-gram (prompt lookup) proposer drafting K tokens per step (one server per K). vLLM
+  refuses ``logit_bias`` with speculative decoding, so [MASK] is not suppressed there: the
+  tokens of every engine are compared with our decoder's on every prompt
+  (``identical_to_setdiff`` in the JSON), which shows any difference.
 Latency rows interleave the engines per example. The throughput regime of our AR
 (`generate_batch`) and transformers (left-padded batched ``generate``) decodes the same prompts in
 batches of each of ``batch_sizes`` (interleaved per batch size, warm-up excluded): aggregate
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -66,7 +72,9 @@ def main(argv: list[str]) -> None:
     status: dict[str, Any] = {}
     batched: dict[str, BatchDecoder] = {}
     with _engines(config, hf_dir, own, status, batched) as engines:
-        rows = _latency_rows(args.task, own, engines, prompts, warm_prompts, records)
+        rows, identical = _latency_rows(args.task, own, engines, prompts, warm_prompts, records)
+        for name, same in identical.items():
+            status[name] |= {"identical_to_setdiff": same, "n": len(prompts)}
         regime = _batched(
             batched,
             prompts,
@@ -150,6 +158,11 @@ def _engines(
             engines_vllm = _vllm(config.vllm, hf_dir, own, stack, status)
             if engines_vllm is not None:
                 engines["vllm"] = engines_vllm
+            for k in config.vllm.speculative_tokens if engines_vllm is not None else ():
+                name = f"vllm+ngram k={k}"
+                spec = _vllm(config.vllm, hf_dir, own, stack, status, name, ngram=k)
+                if spec is not None:
+                    engines[name] = spec
         yield engines
 
 
@@ -167,21 +180,34 @@ def _vllm(
     own: LoadedModel,
     stack: contextlib.ExitStack,
     status: dict[str, Any],
+    name: str = "vllm",
+    ngram: int = 0,
 ) -> Decoder | None:
+    """vLLM's greedy decoder, served here (or at ``base_url``); with `ngram` = k, a server of its
+    own with speculative decoding by its n-gram proposer (k tokens per step). Records in
+    `status[name]` whether it ran, or why not."""
     from setdiff.baselines.openai_client import complete, make_client
     from setdiff.baselines.vllm_server import VLLMServer
 
     seq_len, tok = own.net.config.max_seq_len, own.tokenizer
+    extra: list[str] = []
+    if ngram:
+        proposer = {"method": "ngram", "num_speculative_tokens": ngram}
+        proposer |= {"prompt_lookup_min": 1, "prompt_lookup_max": 3}
+        extra = ["--speculative-config", json.dumps(proposer)]
     try:
-        if config.base_url is None:
+        if config.base_url is None or ngram:
             server = stack.enter_context(
                 VLLMServer(
-                    hf_dir, max_model_len=seq_len, startup_timeout_s=config.startup_timeout_s
+                    hf_dir,
+                    max_model_len=seq_len,
+                    startup_timeout_s=config.startup_timeout_s,
+                    extra_args=extra,
                 )
             )
-            base_url, name = server.base_url, server.served_model_name
+            base_url, served = server.base_url, server.served_model_name
         else:
-            base_url, name = config.base_url, hf_dir.name
+            base_url, served = config.base_url, hf_dir.name
         client = stack.enter_context(make_client(base_url, timeout=config.timeout_s))
     except (OSError, RuntimeError, ValueError) as err:
         reason = f"{type(err).__name__}: {err}"
@@ -190,19 +216,21 @@ def _vllm(
                 f"vLLM is unavailable ({reason}); install it (make vllm-env) or "
                 "set baseline.vllm.on_unavailable: skip"
             ) from err
-        status["vllm"] = {"status": "skipped", "reason": reason}
-        log.warning("vLLM skipped: %s", reason)
+        status[name] = {"status": "skipped", "reason": reason}
+        log.warning("%s skipped: %s", name, reason)
         return None
-    status["vllm"] = {"status": "ran", "base_url": base_url}
+    status[name] = {"status": "ran", "base_url": base_url}
+    if ngram:
+        status[name] |= {"speculative": {"method": "ngram", "num_speculative_tokens": ngram}}
 
     def decode(prompt: list[int]) -> tuple[list[int], float]:
         out = complete(
             base_url,
-            name,
+            served,
             prompt,
             seq_len - len(prompt),
             eos_id=tok.eos_id,
-            suppress_ids=[tok.mask_id],
+            suppress_ids=() if ngram else [tok.mask_id],  # no logit_bias with speculation
             tokenizer=tok,
             timeout=config.timeout_s,
             retries=config.retries,
@@ -261,16 +289,33 @@ def _latency_rows(
     prompts: list[list[int]],
     warm: list[list[int]],
     records: list[dict[str, Any]],
-) -> list[Row]:
+) -> tuple[list[Row], dict[str, int]]:
+    """Every engine on every prompt, interleaved per example (after the warm-up prompts); the
+    rows, and per engine the prompts whose answer equals our decoder's (`_identical`)."""
     for prompt in warm:
         for decode in engines.values():
             decode(prompt)
-    rows = []
+    rows, decoded = [], {name: [] for name in engines}
     for i, prompt in enumerate(progress_bar(prompts, desc=f"baseline {task}")):
         for name, decode in engines.items():
             tokens, seconds = decode(prompt)
+            decoded[name].append(tokens)
             rows.append(_row(task, name, own, prompt, tokens, seconds, records[i], i))
-    return rows
+    return rows, _identical(decoded, own.tokenizer.eos_id)
+
+
+def _identical(tokens: dict[str, list[list[int]]], eos_id: int) -> dict[str, int]:
+    """Per engine: the prompts on which its new tokens, up to and including EOS, equal our
+    decoder's."""
+
+    def answer(t: list[int]) -> list[int]:
+        return t[: count_new_tokens(t, [eos_id])]
+
+    ours = [answer(t) for t in tokens["setdiff"]]
+    return {
+        engine: sum(answer(t) == o for t, o in zip(got, ours, strict=True))
+        for engine, got in tokens.items()
+    }
 
 
 def _batched(
