@@ -9,6 +9,7 @@ import sys
 import textwrap
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -482,6 +483,54 @@ def test_vllm_ngram_speculation_gets_its_own_server_and_no_logit_bias(
         "num_speculative_tokens": 4,
     }
     assert status["vllm"]["base_url"] != status["vllm+ngram k=4"]["base_url"]
+
+
+def test_speculative_vllm_is_timed_alone_beside_our_decoder(
+    fake_vllm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each speculative server starts once the others stopped, is timed interleaved with our
+    decoder again (whose rows are labelled ``greedy beside <engine>``), and stops after."""
+    import types
+
+    from setdiff.baselines.config import BaselineConfig, VLLMConfig
+    from setdiff.stages import baseline
+
+    monkeypatch.setenv(vllm_server.VLLM_PYTHON_ENV, sys.executable)
+    monkeypatch.setenv("PYTHONPATH", str(fake_vllm))
+    monkeypatch.setattr(baseline, "score_answer", lambda task, text, record: (text, 1.0))
+    tok = types.SimpleNamespace(eos_id=2, mask_id=3, encode=lambda text: [], decode=str)
+    own = types.SimpleNamespace(net=types.SimpleNamespace(config=types.SimpleNamespace(
+        max_seq_len=32)), tokenizer=tok)  # fmt: skip
+    config = BaselineConfig(vllm=VLLMConfig(startup_timeout_s=20, speculative_tokens=(4,)))
+    order: list[str] = []
+
+    def ours(prompt: list[int]) -> tuple[list[int], float]:
+        order.append("ours")
+        return [4, 2], 0.1  # the fake server answers [k, EOS] = [4, 2]: identical
+
+    status: dict[str, Any] = {}
+    prompts = [[1, 5], [1, 6, 7], [1]]
+    rows = baseline._speculative_rows(
+        "arith",
+        config,
+        fake_vllm.parent / "m",
+        own,
+        ours,
+        4,
+        status,
+        prompts,
+        [[1]],
+        [{}] * 3,  # type: ignore[arg-type]
+    )
+    name = "vllm+ngram k=4"
+    assert [(r.engine, r.config) for r in rows] == [
+        ("setdiff", f"greedy beside {name}"),
+        (name, "greedy"),
+    ] * 3  # interleaved per prompt
+    assert order == ["ours"] * 4  # the warm-up prompt, then each prompt
+    assert status[name]["identical_to_setdiff"] == 3 and status[name]["n"] == 3
+    with pytest.raises(OSError):  # its server stopped with the pass
+        urllib.request.urlopen(status[name]["base_url"] + "/v1/models", timeout=2)
 
 
 def test_every_engine_is_compared_with_our_decoder_prompt_by_prompt() -> None:

@@ -247,3 +247,23 @@ def test_matched_speedup_chosen_on_validation() -> None:
     assert result["dominates"] is False
     equal = matched(select, "setdlm", "bd3lm", 200)  # as accurate and twice as fast
     assert equal["accuracy_diff"]["estimate"] == 0 and equal["dominates"] is True
+
+
+def test_engine_ratio_is_over_our_decoder_of_its_own_pass() -> None:
+    """An engine timed on its own after the others (vLLM with speculation) is compared with our
+    decoder's rows of that pass (``greedy beside <engine>``), not with the shared pass."""
+    from setdiff.stages.tradeoff import engines
+
+    rows = []
+    for i in range(4):
+        rows += [
+            dataclasses.asdict(row("ar", "greedy", i, 1.0, 10, 1.0, 10)),  # shared pass: 10 tok/s
+            dataclasses.asdict(row("ar", "greedy", i, 1.0, 10, 2.0, 10, engine="other")),
+            # a slower window: our decoder 5 tok/s beside the speculative engine at 10
+            dataclasses.asdict(row("ar", "greedy beside spec", i, 1.0, 10, 2.0, 10)),
+            dataclasses.asdict(row("ar", "greedy", i, 1.0, 10, 1.0, 10, engine="spec")),
+        ]
+    out = engines(rows, {}, n_boot=50)
+    assert out["other:greedy"]["engine_over_own_ar"] == pytest.approx(0.5)
+    assert out["spec:greedy"]["engine_over_own_ar"] == pytest.approx(2.0)
+    assert set(out) == {"other:greedy", "spec:greedy"}  # our own rows are no engine

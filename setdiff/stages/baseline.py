@@ -10,7 +10,8 @@ the Hugging Face format (``models/<task>/ar-hf``) and decoded greedily by:
   127.0.0.1 from the vLLM environment, or ``baseline.vllm.base_url``), called with the openai
   client; also at concurrency 1..N for the throughput regime (``vllm.concurrency``);
 - ``vllm+ngram k=K`` (``vllm.speculative_tokens``): the same with vLLM's speculative decoding,
-  its n-gram (prompt lookup) proposer drafting K tokens per step (one server per K). vLLM
+  its n-gram (prompt lookup) proposer drafting K tokens per step, on a server of its own started
+  once the others stopped, timed beside our decoder again (`_speculative_rows`). vLLM
   refuses ``logit_bias`` with speculative decoding, so [MASK] is not suppressed there: the
   tokens of every engine are compared with our decoder's on every prompt
   (``identical_to_setdiff`` in the JSON), which shows any difference.
@@ -90,6 +91,12 @@ def main(argv: list[str]) -> None:
                 args.task, own, engines["vllm"], prompts, records, config
             )
             rows += more
+        ours = engines["setdiff"]
+        vllm_ran = "vllm" in engines
+    for k in config.vllm.speculative_tokens if vllm_ran else ():
+        rows += _speculative_rows(
+            args.task, config, hf_dir, own, ours, k, status, prompts, warm_prompts, records
+        )
     out = layout.root / "results" / "baseline" / f"{args.task}.csv"
     write_rows(out, rows)
     write_json(
@@ -158,12 +165,37 @@ def _engines(
             engines_vllm = _vllm(config.vllm, hf_dir, own, stack, status)
             if engines_vllm is not None:
                 engines["vllm"] = engines_vllm
-            for k in config.vllm.speculative_tokens if engines_vllm is not None else ():
-                name = f"vllm+ngram k={k}"
-                spec = _vllm(config.vllm, hf_dir, own, stack, status, name, ngram=k)
-                if spec is not None:
-                    engines[name] = spec
         yield engines
+
+
+def _speculative_rows(
+    task: str,
+    config: BaselineConfig,
+    hf_dir: Path,
+    own: LoadedModel,
+    ours: Decoder,
+    k: int,
+    status: dict[str, Any],
+    prompts: list[list[int]],
+    warm: list[list[int]],
+    records: list[dict[str, Any]],
+) -> list[Row]:
+    """vLLM with n-gram speculation (k tokens per step) on a server of its own, started after the
+    plain server stopped and alone: a vLLM server busy-polls its cores, so servers alive side by
+    side slowed each other 10x (31 vs 351 tokens/s on 2 cores). It is timed interleaved per
+    prompt with our decoder again, whose rows here are labelled ``greedy beside <engine>`` and
+    are the reference of that engine's speed ratio (`setdiff.stages.tradeoff.engines`)."""
+    name = f"vllm+ngram k={k}"
+    with contextlib.ExitStack() as stack:
+        spec = _vllm(config.vllm, hf_dir, own, stack, status, name, ngram=k)
+        if spec is None:
+            return []
+        pair = {"setdiff": ours, name: spec}
+        rows, identical = _latency_rows(
+            task, own, pair, prompts, warm, records, reference=f"greedy beside {name}"
+        )
+    status[name] |= {"identical_to_setdiff": identical[name], "n": len(prompts)}
+    return rows
 
 
 def _pick(out: dict[str, Any]) -> tuple[list[int], float]:
@@ -254,11 +286,13 @@ def _row(
     index: int,
     regime: str = "latency",
     concurrency: int = 1,
+    label: str = "greedy",
 ) -> Row:
     n_new = count_new_tokens(tokens, [own.tokenizer.eos_id])
     text = own.tokenizer.decode(tokens[:n_new])
     _, score = score_answer(task, text, record)
-    label = "greedy" if regime == "latency" else f"greedy concurrency={concurrency}"
+    if regime != "latency":
+        label = f"{label} concurrency={concurrency}"
     return Row(
         task=task,
         paradigm="ar",
@@ -289,9 +323,11 @@ def _latency_rows(
     prompts: list[list[int]],
     warm: list[list[int]],
     records: list[dict[str, Any]],
+    reference: str = "greedy",
 ) -> tuple[list[Row], dict[str, int]]:
     """Every engine on every prompt, interleaved per example (after the warm-up prompts); the
-    rows, and per engine the prompts whose answer equals our decoder's (`_identical`)."""
+    rows (our decoder's labelled `reference`), and per engine the prompts whose answer equals
+    our decoder's (`_identical`)."""
     for prompt in warm:
         for decode in engines.values():
             decode(prompt)
@@ -300,7 +336,8 @@ def _latency_rows(
         for name, decode in engines.items():
             tokens, seconds = decode(prompt)
             decoded[name].append(tokens)
-            rows.append(_row(task, name, own, prompt, tokens, seconds, records[i], i))
+            label = reference if name == "setdiff" else "greedy"
+            rows.append(_row(task, name, own, prompt, tokens, seconds, records[i], i, label=label))
     return rows, _identical(decoded, own.tokenizer.eos_id)
 
 

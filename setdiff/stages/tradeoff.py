@@ -254,15 +254,23 @@ def matched(
 def engines(
     baseline_rows: list[dict[str, Any]], setdlm_ar: dict[str, Any], n_boot: int
 ) -> dict[str, Any]:
-    """AR engines against our AR decoder, measured side by side in the baseline stage (batch 1)."""
+    """AR engines against our AR decoder, measured side by side in the baseline stage (batch 1):
+    each over our decoder's rows of its own pass (config ``greedy beside <engine>``, for the
+    engines timed on their own after the others) or else of the shared pass (``greedy``)."""
     grouped = group(r for r in baseline_rows if r["regime"] == "latency")
     points = summarize(grouped)
-    own = [k for k in points if k[1] == "setdiff"]
     out: dict[str, Any] = {}
     for key in points:
-        if key[1] == "setdiff" or not own:
+        own_key = next(
+            (
+                k
+                for k in [("ar", "setdiff", f"greedy beside {key[1]}"), ("ar", "setdiff", "greedy")]
+                if k in points
+            ),
+            None,
+        )
+        if key[1] == "setdiff" or own_key is None:
             continue
-        own_key = own[0]
 
         def stat(pts: dict[Key, Point], key: Key = key, own_key: Key = own_key) -> float | None:
             return pts[key].tokens_per_second / pts[own_key].tokens_per_second
