@@ -1,8 +1,8 @@
 """DVC stage ``report``: artifacts -> ``reports/out/{report.md, report.html, figures/*.png}``.
 
 ``python -m reports.build [--root .] [--out reports/out]``. Reads only the run's tidy results
-(`reports.load`); every figure and table is an `Item` that names the input kinds it needs, so a
-missing or partial input is listed under "Missing inputs" with exactly the items it disabled
+(`reports.inputs.run`); every figure and table is an `Item` that names the input kinds it needs,
+so a missing or partial input is listed under "Missing inputs" with exactly the items it disabled
 (or left incomplete), and each disabled item says so where it would have been.
 """
 
@@ -19,8 +19,11 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from reports import tables
-from reports.document import (
+from reports.analysis.findings import findings
+from reports.inputs.run import KINDS, Run, load_run
+from reports.items import PROVENANCE, SECTIONS, Derived, Made, derive, make_items
+from reports.render import tables
+from reports.render.document import (
     Block,
     Bullets,
     Code,
@@ -32,10 +35,7 @@ from reports.document import (
     render_html,
     render_markdown,
 )
-from reports.findings import findings
-from reports.items import PROVENANCE, SECTIONS, Derived, Made, derive, make_items
-from reports.load import KINDS, Run, load_run
-from reports.style import set_theme
+from reports.render.style import set_theme
 
 log = logging.getLogger(__name__)
 

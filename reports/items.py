@@ -2,7 +2,7 @@
 
 `make_items` runs them over a `Derived` run; a missing input leaves an item empty (None) and a
 failing item is recorded, never raised, so one bad artifact cannot sink the report. The build
-(`reports.build`) and comparison (`reports.compare`) modules decide how items are laid out.
+(`reports.build`) and comparison (`reports.diff`) modules decide how items are laid out.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 from matplotlib.figure import Figure
 
-from reports import analysis, figures, study, tables
-from reports.load import KINDS, Run
-from reports.missing import Missing
+from reports.analysis import stats
+from reports.inputs import optuna
+from reports.inputs.missing import Missing
+from reports.inputs.run import KINDS, Run
+from reports.render import figures, tables
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +29,7 @@ class Derived:
 
     run: Run
     points: pd.DataFrame
-    """`analysis.summarize_configs` of bench + baseline rows."""
+    """`stats.summarize_configs` of bench + baseline rows."""
     orders: pd.DataFrame
     sizes: pd.DataFrame
 
@@ -48,10 +50,10 @@ def derive(run: Run) -> Derived:
     return Derived(
         run=run,
         points=guarded(
-            lambda: analysis.summarize_configs(run.rows, run.throughput), "bench", "summaries"
+            lambda: stats.summarize_configs(run.rows, run.throughput), "bench", "summaries"
         ),
-        orders=guarded(lambda: analysis.trace_orders(run.traces), "traces", "decode orders"),
-        sizes=guarded(lambda: analysis.trace_set_sizes(run.traces), "traces", "set sizes"),
+        orders=guarded(lambda: stats.trace_orders(run.traces), "traces", "decode orders"),
+        sizes=guarded(lambda: stats.trace_set_sizes(run.traces), "traces", "set sizes"),
     )
 
 
@@ -69,7 +71,7 @@ class Item:
     make: Callable[[Derived], Output]
     caption: str = ""
     folded: bool = False
-    """A table of details, rendered closed (`reports.document.Table.folded`)."""
+    """A table of details, rendered closed (`reports.render.document.Table.folded`)."""
 
 
 def tokens_per_forward(points: pd.DataFrame) -> dict[tuple[str, str, str], float]:
@@ -120,13 +122,13 @@ def _ablation_heatmaps(d: Derived) -> Output:
     if "paradigm" in trials and trials["paradigm"].nunique() > 1:
         # Knobs mean different things per paradigm: map the method the study is about.
         trials = trials[trials["paradigm"] == "setdlm"]
-    trials = analysis.bin_knobs(trials)
+    trials = stats.bin_knobs(trials)
     axes = ablation_knobs(trials)
     return None if axes is None else figures.plot_ablation_heatmaps(trials, *axes)
 
 
 def _window_threshold(d: Derived) -> Output:
-    grid = analysis.knob_grid(d.points) if not d.points.empty else pd.DataFrame()
+    grid = stats.knob_grid(d.points) if not d.points.empty else pd.DataFrame()
     if len(grid) < 2:
         return None
     return figures.plot_ablation_heatmaps(grid, "param_window", "param_threshold")
@@ -334,7 +336,7 @@ ITEMS: tuple[Item, ...] = (
         section=ABLATION,
         needs=("trials",),
         make=lambda d: _when(
-            d.run.trials, lambda t: figures.plot_optuna_pareto(t, study.front_axis(t))
+            d.run.trials, lambda t: figures.plot_optuna_pareto(t, optuna.front_axis(t))
         ),
         caption=(
             "Completed trials in (speed objective, accuracy); the study's Pareto-optimal trials "

@@ -40,6 +40,39 @@ def test_imports_point_one_way(package: str) -> None:
     assert {f: names for f, names in bad.items() if names} == {}
 
 
+REPORT_LAYERS = ("inputs", "analysis", "render")
+"""reports/ by role, top to bottom: a layer imports only the layers above it; `items`, `build`
+and `diff` (the registry and the two command lines) sit below them all."""
+
+
+def report_modules(path: Path) -> set[str]:
+    """The second component of every ``reports.X`` import in a file (functions included)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        modules = []
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        names |= {m.split(".")[1] for m in modules if m.startswith("reports.")}
+    return names
+
+
+@pytest.mark.parametrize("layer", REPORT_LAYERS)
+def test_report_layers_import_only_the_layers_above(layer: str) -> None:
+    above = set(REPORT_LAYERS[: REPORT_LAYERS.index(layer) + 1])
+    files = sorted((ROOT / "reports" / layer).rglob("*.py"))
+    assert files, f"reports/{layer}/ has no modules?"
+    bad = {str(f.relative_to(ROOT)): sorted(report_modules(f) - above) for f in files}
+    assert {f: names for f, names in bad.items() if names} == {}
+
+
+def test_the_report_layer_scanner(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text("from reports import items\nimport reports.render.style\n")
+    assert report_modules(source) == {"items", "render"}
+
+
 def test_the_metrics_schema_imports_only_the_standard_library() -> None:
     """`metrics_schema` sits below both of its readers (`reports` and ``setdiff summary``), so it
     may import nothing from the project and nothing that is not in the standard library."""

@@ -171,8 +171,8 @@ def test_the_stage_writes_lmeval_results_beside_ours_and_says_why_vllm_is_skippe
     vllm = summary["engines"]["vllm"]
     assert vllm["status"] == "skipped"
     assert "no-such-python" in vllm["reason"]
-    from reports import tables
-    from reports.load import load_run
+    from reports.inputs.run import load_run
+    from reports.render import tables
 
     table = tables.lmeval_table(load_run(repo).lmeval).set_index("engine")
     assert (

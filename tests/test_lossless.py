@@ -150,8 +150,8 @@ def test_the_stage_chooses_on_validation_and_measures_the_test_prompts_once(
     assert out["draft"]["parameters"] < out["regime"]["parameters"]
     assert (tmp_path / "results" / "lossless" / "arith" / "draft" / "model.safetensors").is_file()
     # the report reads what the stage wrote: one row per test method, none missing
-    from reports import tables
-    from reports.load import load_run
+    from reports.inputs.run import load_run
+    from reports.render import tables
 
     run = load_run(tmp_path)
     assert not [m for m in run.missing if m.kind == "lossless"]

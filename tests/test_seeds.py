@@ -218,8 +218,8 @@ SEEDS_METRICS = {
 def test_the_report_table_renders_from_a_metrics_file(tmp_path: Path) -> None:
     """reports/ reads the stage's file: one row per paradigm, the main run's accuracy joined
     only where the study trained with the recipe's steps; a run without it says how to get it."""
-    from reports import tables
-    from reports.load import load_run
+    from reports.inputs.run import load_run
+    from reports.render import tables
 
     empty = load_run(tmp_path)
     assert empty.seeds.empty

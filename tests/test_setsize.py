@@ -174,8 +174,8 @@ SETSIZE_METRICS = {
 def test_the_report_table_joins_the_main_runs_set_size(tmp_path: Path) -> None:
     """One row per (paradigm, D, W), the main run's own D and W joined from the evaluate stage,
     gaps to the main run's AR; a run without the study says how to get it."""
-    from reports import tables
-    from reports.load import load_run
+    from reports.inputs.run import load_run
+    from reports.render import tables
 
     empty = load_run(tmp_path)
     assert empty.setsize.empty

@@ -313,8 +313,9 @@ def test_sweep_grids_union_and_errors() -> None:
 
 
 def test_the_report_fixture_is_what_the_bench_writes() -> None:
-    """tests/test_reports.py feeds the report a hand-written ``against_best_ar``; it must be what
-    this function computes from the same figures, or the report is tested on a fiction."""
+    """The report tests' synthetic run (tests/report/report_run.py) feeds the report a
+    hand-written ``against_best_ar``; it must be what this function computes from the same
+    figures, or the report is tested on a fiction."""
     from metrics_records import AGAINST_BEST_AR, BATCHED
 
     assert throughput.against_best_ar(BATCHED) == AGAINST_BEST_AR

@@ -12,7 +12,7 @@ import math
 
 import pandas as pd
 
-from reports.analysis import sort_paradigms, wilson_interval
+from reports.analysis.stats import sort_paradigms, wilson_interval
 
 
 def accuracy_sentences(evaluate: pd.DataFrame) -> list[str]:

@@ -15,14 +15,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from reports.analysis import (
+from reports.analysis.stats import (
     accuracy_under_parallelism,
     bootstrap_mean_ci,
     pareto_mask,
     sort_paradigms,
     wilson_interval,
 )
-from reports.missing import Missing
+from reports.inputs.missing import Missing
 
 TEXTGEN_FIRST = (
     "infill_rouge_l",
@@ -712,7 +712,7 @@ def metrics_diff_table(
     """`dvc metrics diff`-style: path, metric, value in each run, change; rows only in one run too.
 
     Args:
-        a, b: `load.flatten_metrics` frames (path, key, value) of the two runs.
+        a, b: `reports.inputs.run.flatten_metrics` frames (path, key, value) of the two runs.
     """
     merged = a.merge(b, on=["path", "key"], how="outer", suffixes=("_a", "_b"), sort=True)
     delta = merged["value_b"] - merged["value_a"]

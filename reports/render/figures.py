@@ -19,12 +19,12 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from matplotlib.transforms import Bbox
 
-from reports.analysis import pareto_mask, wilson_interval
-from reports.style import (
+from reports.analysis.series import paradigm_order
+from reports.analysis.stats import pareto_mask, wilson_interval
+from reports.render.style import (
     MUTED_COLOR,
     PARADIGM_COLORS,
     RUN_LINESTYLES,
-    paradigm_order,
     series_color,
     series_marker,
     shades,
@@ -225,7 +225,7 @@ def plot_quality_vs_throughput(points: pd.DataFrame) -> Figure:
     """Accuracy vs tokens/s per configuration, one Pareto front per paradigm / AR engine.
 
     Args:
-        points: `analysis.summarize_configs` output (optionally with a ``run`` column).
+        points: `stats.summarize_configs` output (optionally with a ``run`` column).
     """
     return _plot_quality_vs(points, "tokens_per_second")
 
@@ -237,7 +237,7 @@ def plot_quality_vs_tokens_per_forward(
 
     Args:
         points: as `plot_quality_vs_throughput`.
-        lossless: the lossless stage's methods (`reports.load` rows: task, method, accuracy,
+        lossless: the lossless stage's methods (`reports.inputs.run` rows: task, method, accuracy,
             n, tokens_per_forward), drawn as hollow diamonds where they decode more than one
             token per forward of the main model.
     """
@@ -468,7 +468,7 @@ def plot_set_size_histogram(
     one bar shade per configuration (legend: config and its tokens per forward).
 
     Args:
-        sizes: `analysis.trace_set_sizes` output (task, paradigm, config, set_size).
+        sizes: `stats.trace_set_sizes` output (task, paradigm, config, set_size).
         per_forward: (task, paradigm, config) -> tokens per forward of the bench summary, the
             one definition the tables and the other figures use (new tokens up to EOS over
             forwards; the bars also count what a forward commits after EOS).
@@ -534,7 +534,7 @@ def plot_kendall_tau(orders: pd.DataFrame) -> Figure:
     """Kendall's tau-b of decode order vs left-to-right, per example (1 = strictly left-to-right).
 
     Args:
-        orders: `analysis.trace_orders` output (task, paradigm, config, kendall_tau).
+        orders: `stats.trace_orders` output (task, paradigm, config, kendall_tau).
     """
     return _plot_per_config(orders, "kendall_tau", "Kendall's tau vs left-to-right order", 1.0)
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from reports.style import paradigm_order, series_label
+from reports.analysis.series import paradigm_order, series_label
 
 KEY = ["task", "source", "paradigm", "engine", "regime", "concurrency", "config"]
 """Columns identifying one measured configuration (source: bench or baseline file)."""

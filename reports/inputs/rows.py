@@ -9,8 +9,8 @@ from typing import Any
 
 import pandas as pd
 
-from reports.missing import MissingLog, concat
-from reports.reader import flatten_dict, read_csv, read_json, read_jsonl
+from reports.inputs.files import flatten_dict, read_csv, read_json, read_jsonl
+from reports.inputs.missing import MissingLog, concat
 
 ROW_COLUMNS = ("paradigm", "engine", "config", "example", "new_tokens", "nfe", "latency_s", "exact")
 """Columns a results row file must have to be used at all."""

@@ -5,8 +5,8 @@
 ``metrics/{evaluate,train,textgen}/<task>/<paradigm>.json``, ``models/<task>/<paradigm>/
 train_log.jsonl``, ``results/textgen/<task>/<paradigm>.csv``, ``ablations/<task>/trials.csv``,
 ``metrics/{backbone,seeds}/<task>.json``,
-``params.yaml`` and ``dvc.lock`` (the per-example row files through `reports.rows`). What should
-exist comes from ``params.yaml`` (``study``, ``bench``) joined with what is found on disk.
+``params.yaml`` and ``dvc.lock`` (the per-example row files through `reports.inputs.rows`).
+What should exist comes from ``params.yaml`` (``study``, ``bench``) joined with what is on disk.
 
 Nothing here raises on a bad input: a missing, empty, unreadable or partial file becomes a
 `Missing` record (path, problem, kind) and the matching frame is empty or partial, so the report
@@ -22,9 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from reports.comparison import flatten_tradeoff
-from reports.missing import Missing, MissingLog, concat
-from reports.reader import (
+from reports.inputs.files import (
     flatten_dict,
     read_csv,
     read_json,
@@ -32,8 +30,10 @@ from reports.reader import (
     read_metrics,
     read_yaml,
 )
-from reports.rows import ROW_COLUMNS, load_baseline, load_bench
-from reports.study import flatten_study
+from reports.inputs.missing import Missing, MissingLog, concat
+from reports.inputs.optuna import flatten_study
+from reports.inputs.rows import ROW_COLUMNS, load_baseline, load_bench
+from reports.inputs.tradeoff import flatten_tradeoff
 
 __all__ = ["KINDS", "Expected", "Missing", "Run", "flatten_metrics", "load_run"]
 

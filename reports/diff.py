@@ -1,4 +1,4 @@
-"""Two runs side by side: ``python -m reports.compare <dirA> <dirB> --out reports/out/compare``.
+"""Two runs side by side: ``python -m reports.diff <dirA> <dirB> --out reports/out/diff``.
 
 Each directory is a run root holding ``results/`` and ``metrics/`` (and optionally ``models/``,
 ``params.yaml``, ``dvc.lock``), e.g. two presets or two git revisions. Writes ``report.md``,
@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports import tables
 from reports.build import (
     git_revision,
     item_blocks,
@@ -31,10 +30,11 @@ from reports.build import (
     report_date,
     write_report,
 )
-from reports.document import Block, Heading, Table, Text
+from reports.inputs.run import Run, flatten_metrics, load_run
 from reports.items import ITEMS, Derived, Item, derive, make_items
-from reports.load import Run, flatten_metrics, load_run
-from reports.style import set_theme
+from reports.render import tables
+from reports.render.document import Block, Heading, Table, Text
+from reports.render.style import set_theme
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +106,8 @@ def seed_spread_table(a: pd.DataFrame, b: pd.DataFrame, seeds: pd.DataFrame) -> 
     seeds and its own run), and whether B's accuracy lies outside it.
 
     Args:
-        a, b: `load.flatten_metrics` frames of the reference run A and the compared run B.
-        seeds: `load.Run.seeds` of A (one row per task and paradigm, with ``accuracies``).
+        a, b: `reports.inputs.run.flatten_metrics` frames of the reference run A and of B.
+        seeds: `Run.seeds` of A (one row per task and paradigm, with ``accuracies``).
     """
 
     def accuracy(frame: pd.DataFrame, task: str, paradigm: str) -> float | None:
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_a", type=Path, help="first run root (results/, metrics/)")
     parser.add_argument("run_b", type=Path, help="second run root")
-    parser.add_argument("--out", type=Path, default=Path("reports/out/compare"))
+    parser.add_argument("--out", type=Path, default=Path("reports/out/diff"))
     parser.add_argument("--labels", nargs=2, metavar=("A", "B"), help="names of the two runs")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
