@@ -19,7 +19,7 @@ each, tell the results in trial order (`flows.study`). At the end it exports
 its paths, like the returned summary's, are relative to the repository root.
 
 Pruning: each training trial receives the held-out loss curves of the completed trials and
-applies the median rule itself (`setdiff.ablation.should_prune`, which says why Optuna's
+applies the median rule itself (`setdiff.ablation.pruning.should_prune`, which says why Optuna's
 ``MedianPruner`` does not apply: multi-objective studies, ``group_by``, and a decision that must
 not depend on which parallel trial finishes first); a pruned trial is told PRUNED. The curves
 reach the study as intermediate values (`flows.tasks.run_trial`), so the dashboard shows them.

@@ -1,9 +1,9 @@
 """The Optuna side of an ablation study: open it, ask a round, tell a round, export it.
 
-The space comes from ``setdiff trial --space`` as JSON (`setdiff.search.SearchSpace`); this
+The space comes from ``setdiff trial --space`` as JSON (`setdiff.ablation.space.SearchSpace`); this
 package cannot import `setdiff`, so it reads that record's fields by name. A knob's condition is
 data there (``when``: each named value must be one of the listed ones, computed by
-`setdiff.ablation.Knob.when`, the one definition); `suggest` only matches it.
+`setdiff.ablation.knobs.Knob.when`, the one definition); `suggest` only matches it.
 
 A study is the same sequentially and on Dask: `ask_round` asks a whole round before any result
 is told, and `tell_round` tells the results in trial order. Proposals that repeat a finished

@@ -11,6 +11,7 @@ import operator
 from collections.abc import Mapping
 from typing import Any
 
+from setdiff.ablation.space import validate_ablation
 from setdiff.baselines.config import BaselineConfig
 from setdiff.bench.config import BenchRunConfig, configurations, throughput_configurations
 from setdiff.bench.lossless import LosslessConfig, check_windows
@@ -26,7 +27,6 @@ from setdiff.recipe import (
     SetSizeStudyConfig,
     TaskTrainConfig,
 )
-from setdiff.search import validate_ablation
 from setdiff.study import StudyConfig
 from setdiff.tasks import ANSWER_TASKS, DataConfig
 from setdiff.textgen import TextGenConfig

@@ -29,10 +29,11 @@ import yaml  # noqa: E402
 
 from flows import ablation as flow  # noqa: E402
 from flows.tasks import CommandError, InfrastructureError, classify, run_command  # noqa: E402
-from setdiff.ablation import resolve_trial, should_prune, summarize  # noqa: E402
+from setdiff.ablation.pruning import should_prune  # noqa: E402
+from setdiff.ablation.space import resolve_space, validate_ablation  # noqa: E402
+from setdiff.ablation.trial import resolve_trial, summarize  # noqa: E402
 from setdiff.config import ConfigError  # noqa: E402
 from setdiff.params import Params  # noqa: E402
-from setdiff.search import resolve_space, validate_ablation  # noqa: E402
 from setdiff.stages import promote, trial  # noqa: E402
 from setdiff.study import StudyConfig  # noqa: E402
 

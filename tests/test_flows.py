@@ -39,8 +39,8 @@ from flows import tasks  # noqa: E402
 from flows.pipeline import pipeline, stage_names  # noqa: E402
 from flows.runner import task_runner  # noqa: E402
 from flows.tasks import CommandError, InfrastructureError, open_storage, run_cli  # noqa: E402
+from setdiff.ablation.space import resolve_space  # noqa: E402
 from setdiff.params import Params  # noqa: E402
-from setdiff.search import resolve_space  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,7 +19,7 @@ METRIC_DIRECTIONS: dict[str, bool] = {
     "tokens_per_forward": True,
     "nfe_mean": False,
 }
-"""Trial metric -> whether larger is better (as `setdiff.ablation.METRICS` declares)."""
+"""Trial metric -> whether larger is better (as `setdiff.ablation.knobs.METRICS` declares)."""
 
 
 def _knob(value: Any) -> Any:

@@ -34,7 +34,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
-from setdiff.ablation import RETRAIN
+from setdiff.ablation.knobs import RETRAIN
 from setdiff.config import ConfigError
 from setdiff.files import write_text
 from setdiff.params import Params

@@ -1,11 +1,11 @@
 """The search space of an ablation study, resolved against a preset: what the flow samples from.
 
-`search_space` validates the preset's ``ablation`` section (`setdiff.ablation.AblationConfig`)
+`search_space` validates the preset's ``ablation`` section (`setdiff.ablation.spec.AblationConfig`)
 against the preset itself: every configuration the sampler can propose is resolved with
-`setdiff.ablation.resolve_trial` first, so a bad spec fails before any trial. It returns a
+`setdiff.ablation.trial.resolve_trial` first, so a bad spec fails before any trial. It returns a
 `SearchSpace` record: the knobs in sampling order, each with its range and the condition under
-which it applies (`KnobRange.when`, from `setdiff.ablation.Knob.when`, the one definition of that
-rule), the context the conditions see, the preset's own configuration (enqueued as the first
+which it applies (`KnobRange.when`, from `setdiff.ablation.knobs.Knob.when`, the one definition
+of that rule), the context the conditions see, the preset's own configuration (enqueued as the first
 trial), the finite grid, and the study's name, objectives and budget. `resolve_space` is the same
 record as plain JSON, the form ``setdiff trial --space`` writes for ``flows/ablation.py`` (which
 cannot import this package).
@@ -16,23 +16,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from setdiff.ablation import (
+from setdiff.ablation.knobs import (
     DEFAULT_PARADIGM,
     KNOBS,
-    MAX_GRID,
     METRICS,
     RETRAIN,
+    KnobSpace,
+    applies,
+    resolve_multiple,
+)
+from setdiff.ablation.spec import (
     AblationConfig,
     Bound,
     Budget,
-    KnobSpace,
     PruningConfig,
     SamplerConfig,
     TrialBudget,
-    applies,
-    resolve_multiple,
-    resolve_trial,
 )
+from setdiff.ablation.trial import resolve_trial
 from setdiff.artifacts import run_id
 from setdiff.config import ConfigError, frozen, to_dict
 from setdiff.paradigm import PARADIGMS, SetDLMConfig, make_paradigm
@@ -41,6 +42,10 @@ from setdiff.tasks import ANSWER_TASKS
 
 if TYPE_CHECKING:
     from setdiff.study import StudyConfig
+
+
+MAX_GRID = 20_000
+"""Largest space `resolve_space` enumerates (every point is validated before any trial)."""
 
 
 @frozen
@@ -76,9 +81,9 @@ class SearchSpace:
     budget: Budget
     pruning: PruningConfig | None
     trial_budget: TrialBudget
-    """The part of `budget` each trial receives (in its `setdiff.ablation.TrialSpec`)."""
+    """The part of `budget` each trial receives (in its `setdiff.ablation.spec.TrialSpec`)."""
     trains: bool
-    """The space has training knobs (`setdiff.ablation.RETRAIN`): every trial trains."""
+    """The space has training knobs (`setdiff.ablation.knobs.RETRAIN`): every trial trains."""
     knobs: tuple[KnobRange, ...]
     """In sampling order (a condition only looks at earlier knobs)."""
     context: Mapping[str, Any]
