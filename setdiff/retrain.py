@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from setdiff.artifacts import WEIGHTS_FILE, LoadedModel, save_model_dir
 from setdiff.batching import ArraySplit
@@ -33,6 +33,7 @@ from setdiff.config import ConfigError, build, to_dict
 from setdiff.evaluate import SCORING_BATCH, answer_rows
 from setdiff.files import write_json
 from setdiff.initial import initial_source, initial_weights, inputs_fingerprint, weights_sha256
+from setdiff.layout import TaskFiles
 from setdiff.model import ModelConfig
 from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.preset import Preset
@@ -42,22 +43,6 @@ from setdiff.tokenizer import Tokenizer, load_tokenizer
 from setdiff.train import TrainConfig, train
 
 log = logging.getLogger(__name__)
-
-
-class Layout(Protocol):
-    """Where a task's files are (`setdiff.stages.common.Layout`)."""
-
-    task: str
-
-    @property
-    def raw(self) -> Path: ...
-
-    @property
-    def tokenizer(self) -> Path: ...
-
-    def encoded(self, split: str) -> Path: ...
-
-    def model(self, paradigm: str | None = None) -> Path: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -138,7 +123,7 @@ def make_cell(
     return Cell(name, paradigm, config, options, decoding, start, source, keep, extra)
 
 
-def load_data(preset: Preset, layout: Layout, recipe: TaskTrainConfig, n_examples: int) -> Data:
+def load_data(preset: Preset, layout: TaskFiles, recipe: TaskTrainConfig, n_examples: int) -> Data:
     tokenizer = load_tokenizer(layout.tokenizer)
     train_split, valid_split = (ArraySplit.load(layout.encoded(s)) for s in ("train", "valid"))
     model_spec = preset.section(f"model.{layout.task}")

@@ -24,7 +24,7 @@ import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from setdiff.ablation.knobs import DEFAULT_PARADIGM, DIFFUSION, KNOBS, RETRAIN, resolve_multiple
 from setdiff.ablation.pruning import Pruned, should_prune
@@ -35,6 +35,7 @@ from setdiff.bench.config import BenchRunConfig
 from setdiff.config import ConfigError, check, to_dict
 from setdiff.files import finite_or_none, write_json
 from setdiff.initial import initial_source, initial_weights, inputs_fingerprint
+from setdiff.layout import TaskFiles
 from setdiff.measure import Configuration, Row, measure
 from setdiff.model import ModelConfig
 from setdiff.paradigm import PARADIGMS, make_paradigm
@@ -47,22 +48,6 @@ from setdiff.tokenizer import load_tokenizer
 from setdiff.train import TrainConfig, train
 
 log = logging.getLogger(__name__)
-
-
-class Layout(Protocol):
-    """Where a task's files are (`setdiff.stages.common.Layout`)."""
-
-    task: str
-
-    @property
-    def raw(self) -> Path: ...
-
-    @property
-    def tokenizer(self) -> Path: ...
-
-    def encoded(self, split: str) -> Path: ...
-
-    def model(self, paradigm: str | None = None) -> Path: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -144,7 +129,7 @@ def constraint_values(
 
 
 def run_trial(
-    preset: Preset, spec: TrialSpec, layout: Layout, out: Path, cache: Path | None
+    preset: Preset, spec: TrialSpec, layout: TaskFiles, out: Path, cache: Path | None
 ) -> dict[str, Any]:
     """Train (or load), decode, and write ``out/result.json``; returns the result record."""
     started = time.perf_counter()
@@ -177,7 +162,7 @@ def run_trial(
     return record
 
 
-def _checkpoint(plan: TrialPlan, layout: Layout, run: BenchRunConfig) -> LoadedModel:
+def _checkpoint(plan: TrialPlan, layout: TaskFiles, run: BenchRunConfig) -> LoadedModel:
     """Decode-time trials reuse the pipeline's trained model, which must match the preset."""
     path = layout.model(plan.paradigm)
     if not (path / "config.json").exists():
@@ -196,7 +181,7 @@ def _trained_model(
     preset: Preset,
     plan: TrialPlan,
     spec: TrialSpec,
-    layout: Layout,
+    layout: TaskFiles,
     out: Path,
     cache: Path | None,
     run: BenchRunConfig,
@@ -251,7 +236,7 @@ def _exclusive(path: Path) -> Iterator[None]:
 def _train(
     plan: TrialPlan,
     spec: TrialSpec,
-    layout: Layout,
+    layout: TaskFiles,
     out: Path,
     directory: Path,
     config: TrainConfig,
@@ -314,7 +299,7 @@ def _curve(log_path: Path) -> list[list[float]]:
 
 
 def _decode(
-    model: LoadedModel, plan: TrialPlan, spec: TrialSpec, layout: Layout, run: BenchRunConfig
+    model: LoadedModel, plan: TrialPlan, spec: TrialSpec, layout: TaskFiles, run: BenchRunConfig
 ) -> list[Row]:
     """The bench stage's measurement of one configuration (warm-up prompts not recorded)."""
     tok = model.tokenizer
