@@ -152,7 +152,7 @@ def input_hashes(data: Data) -> dict[str, Any]:
     hashes: dict[str, Any] = inputs_fingerprint(
         data.train, data.valid, data.tokenizer_path, data.source
     )
-    hashes["prompts"] = _digest(data.records)
+    hashes["prompts"] = digest(data.records)
     return {"inputs": hashes, "model": to_dict(data.net_config)}
 
 
@@ -173,22 +173,31 @@ def cached_run(out_dir: Path, cell: Cell, data: Data, inputs: dict[str, Any]) ->
     return cached(out_dir / f"{cell.name}.json", spec, lambda: run(cell, data), reuse=kept)
 
 
-def _digest(spec: Any) -> str:
+def digest(spec: Any) -> str:
+    """The 16-hex-digit hash of a JSON-able spec (a stored row's key)."""
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def stored(path: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
+    """The row stored at `path` when it was computed for exactly this `spec`, else None."""
+    if not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    return record["row"] if record.get("spec_hash") == digest(spec) else None
 
 
 def cached(
     path: Path, spec: dict[str, Any], compute: Callable[[], dict[str, Any]], *, reuse: bool = True
 ) -> dict:
     """The row stored at `path` when it was computed for this exact `spec` (and `reuse`), else
-    `compute()`, written there at once (so a kill loses no finished row)."""
-    if reuse and path.exists():
-        stored = json.loads(path.read_text())
-        if stored.get("spec_hash") == _digest(spec):
-            log.info("%s already done (%s)", path.stem, path)
-            return stored["row"]
+    `compute()`, written there at once (so a kill loses no finished row). The one result cache
+    of the stages that train and score models of their own (seeds, set size, backbone)."""
+    row = stored(path, spec) if reuse else None
+    if row is not None:
+        log.info("%s already done (%s)", path.stem, path)
+        return row
     row = compute()
-    write_json(path, {"spec_hash": _digest(spec), "row": row})
+    write_json(path, {"spec_hash": digest(spec), "row": row})
     return row
 
 

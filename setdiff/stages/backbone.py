@@ -26,8 +26,6 @@ the table prints).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Mapping
@@ -47,6 +45,7 @@ from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import ARConfig, SetDLMConfig, make_paradigm
 from setdiff.preset import load_preset
 from setdiff.recipe import BackboneStudyConfig
+from setdiff.retrain import cached, digest, stored
 from setdiff.stages.common import Layout, parse_args, setup_logging
 from setdiff.tasks import read_records
 from setdiff.tokenizer import Tokenizer, load_tokenizer
@@ -75,7 +74,7 @@ def main(argv: list[str]) -> None:
     budget = {k: v for k, v in to_dict(study).items() if k != "variants"}
     # What the AR models also depend on (data, tokenizer), and every row (and test prompts).
     fingerprint = inputs_fingerprint(train_split, valid_split, layout.tokenizer, None)
-    inputs = {**fingerprint, "prompts": _digest({"records": records})}
+    inputs = {**fingerprint, "prompts": digest({"records": records})}
     out_dir = Path(args.root) / "results" / "backbone" / args.task
     specs = {
         name: {**variant.spec, "budget": budget, "inputs": inputs}
@@ -84,7 +83,7 @@ def main(argv: list[str]) -> None:
     ar_models = _ARStore(out_dir / "ar", study.ar, data, fingerprint)
     for name, variant in variants.items():
         if only is None or name in only:
-            _cached(
+            cached(
                 out_dir / f"{name}.json",
                 specs[name],
                 lambda n=name, v=variant: _run_variant(n, v, study, data, ar_models),
@@ -92,7 +91,7 @@ def main(argv: list[str]) -> None:
     # The table: every variant of the config, from the store (a share run with --only leaves
     # the others as "not run yet").
     rows = [
-        _stored(out_dir / f"{name}.json", spec) or _not_run(name) for name, spec in specs.items()
+        stored(out_dir / f"{name}.json", spec) or _not_run(name) for name, spec in specs.items()
     ]
     summary = {"task": args.task, "n_examples": len(records), **budget, "rows": rows}
     write_json(Path(args.root) / "metrics" / "backbone" / f"{args.task}.json", summary)
@@ -141,31 +140,8 @@ def _variant(
     return _Variant(model, context_loss, diffusion, dict(recipe))
 
 
-def _digest(spec: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _stored(path: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
-    """The row stored at `path` when it was computed for exactly this spec."""
-    if not path.exists():
-        return None
-    stored = json.loads(path.read_text())
-    return stored["row"] if stored.get("spec_hash") == _digest(spec) else None
-
-
 def _not_run(name: str) -> dict[str, Any]:
     return {"variant": name, "missing": "not run yet (setdiff backbone computes it)"}
-
-
-def _cached(path: Path, spec: dict[str, Any], run: Any) -> dict[str, Any]:
-    """The stored row when it was computed for this exact spec, else a fresh one (saved)."""
-    row = _stored(path, spec)
-    if row is not None:
-        log.info("backbone: %s already done (%s)", path.stem, path)
-        return row
-    row = run()
-    write_json(path, {"spec_hash": _digest(spec), "row": row})
-    return row
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -192,7 +168,7 @@ class _ARStore:
             "ar": to_dict(self.config),
             "inputs": self.inputs,
         }
-        path = self.directory / f"{_digest(key)}.safetensors"
+        path = self.directory / f"{digest(key)}.safetensors"
         if path.exists():
             log.info("backbone: AR model %s already trained (%s)", path.stem, path)
             return load_file(str(path))
