@@ -43,10 +43,9 @@ from setdiff.files import write_json
 from setdiff.initial import inputs_fingerprint
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import ARConfig, SetDLMConfig, make_paradigm
-from setdiff.preset import load_preset
 from setdiff.recipe import BackboneStudyConfig
 from setdiff.retrain import cached, digest, stored
-from setdiff.stages.common import Layout, parse_args, setup_logging
+from setdiff.stages.common import start
 from setdiff.tasks import read_records
 from setdiff.tokenizer import Tokenizer, load_tokenizer
 from setdiff.train import TrainConfig, train
@@ -56,11 +55,10 @@ log = logging.getLogger(__name__)
 
 def main(argv: list[str]) -> None:
     only, argv = _only(argv)
-    args = parse_args(argv, "Backbone study: AR and setdlm accuracy per variant.", answers=True)
-    setup_logging()
-    preset = load_preset(args.params)
+    args, preset, layout = start(
+        argv, "Backbone study: AR and setdlm accuracy per variant.", answers=True
+    )
     study = preset.section("backbone", BackboneStudyConfig)
-    layout = Layout(args.root, args.task)
     tokenizer = load_tokenizer(layout.tokenizer)
     train_split, valid_split = (ArraySplit.load(layout.encoded(s)) for s in ("train", "valid"))
     base = preset.section(f"model.{args.task}").config(tokenizer.vocab_size, train_split.seq_len)

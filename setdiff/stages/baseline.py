@@ -43,23 +43,19 @@ from setdiff.config import to_dict
 from setdiff.evaluate import score_answer
 from setdiff.files import write_json
 from setdiff.measure import Row, count_new_tokens, fingerprint, peak_memory_mb, timed, write_rows
-from setdiff.preset import load_preset
 from setdiff.progress import progress_bar
 from setdiff.runtime import setup_torch
 from setdiff.sampling.batch import generate_batch
 from setdiff.sampling.loop import generate
-from setdiff.stages.common import Layout, parse_args, setup_logging
+from setdiff.stages.common import start
 from setdiff.tasks import read_records
 
 log = logging.getLogger(__name__)
 
 
 def main(argv: list[str]) -> None:
-    args = parse_args(argv, "AR baselines served by other engines.", answers=True)
-    setup_logging()
-    preset = load_preset(args.params)
+    args, preset, layout = start(argv, "AR baselines served by other engines.", answers=True)
     config = preset.section("baseline", BaselineConfig)
-    layout = Layout(args.root, args.task)
     setup_torch(threads=config.threads or None)
     from setdiff.hf import export_hf
 
@@ -380,8 +376,8 @@ def _batched(
         for name, decode in engines.items():
             if warm:  # a full-size batch, so that first-touch allocations are not timed
                 decode((warm * size)[:size])
-            for start in range(0, len(prompts), size):
-                rows, took, n_forwards = decode(prompts[start : start + size])
+            for first in range(0, len(prompts), size):
+                rows, took, n_forwards = decode(prompts[first : first + size])
                 seconds[name][size] += took
                 forwards[name][size] += n_forwards
                 tokens[name][size].extend(rows)

@@ -47,10 +47,9 @@ from setdiff.bench.throughput import Method, against_best_ar, sweep
 from setdiff.config import ConfigError
 from setdiff.files import write_json, write_text
 from setdiff.measure import Configuration, Row, fingerprint, measure, write_rows
-from setdiff.preset import load_preset
 from setdiff.progress import progress_bar
 from setdiff.runtime import setup_torch
-from setdiff.stages.common import Layout, parse_args, setup_logging
+from setdiff.stages.common import start
 from setdiff.tasks import read_records
 
 log = logging.getLogger(__name__)
@@ -130,16 +129,15 @@ def measure_all(
 
 
 def main(argv: list[str]) -> None:
-    args = parse_args(argv, "Speed-quality sweep of every paradigm on one task.", answers=True)
-    setup_logging()
-    preset = load_preset(args.params)
+    args, preset, layout = start(
+        argv, "Speed-quality sweep of every paradigm on one task.", answers=True
+    )
     run = preset.section("bench.run", BenchRunConfig)
     study = preset.section("study")
     configs = configurations(
         preset.section("bench.sweep"), preset.decode, study.paradigms, str(preset.path)
     )
     batched = throughput_configurations(configs, run.throughput.configs, str(preset.path))
-    layout = Layout(args.root, args.task)
     setup_torch(threads=run.threads or None)
     models = {
         name: load_model(

@@ -1,4 +1,4 @@
-"""What every stage shares: argument parsing, logging and the path layout.
+"""What every stage shares: argument parsing, logging, the preset and the path layout (`start`).
 
 Path layout (all relative to the repository root, all DVC outputs):
     data/<task>/raw/        prepare      data/<task>/tokenizer/  tokenize
@@ -15,6 +15,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from setdiff.config import ConfigError
+from setdiff.preset import Preset, load_preset
 from setdiff.tasks import ANSWER_TASKS, TASKS, check_task
 
 
@@ -48,6 +49,21 @@ def parse_args(
             f"--paradigm: unknown paradigm {args.paradigm!r}; choose one of {list(paradigms)}"
         )
     return args
+
+
+def start(
+    argv: list[str],
+    description: str,
+    *,
+    paradigms: Collection[str] = (),
+    answers: bool = False,
+) -> tuple[argparse.Namespace, Preset, Layout]:
+    """How a stage begins: its arguments (`parse_args`), logging, the preset (each section is
+    validated as the stage reads it) and the paths of its task (and paradigm)."""
+    args = parse_args(argv, description, paradigms=paradigms, answers=answers)
+    setup_logging()
+    layout = Layout(args.root, args.task, getattr(args, "paradigm", ""))
+    return args, load_preset(args.params), layout
 
 
 def setup_logging() -> None:

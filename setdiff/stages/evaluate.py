@@ -15,8 +15,7 @@ from setdiff.batching import ArraySplit
 from setdiff.evaluate import EvalConfig, answer_rows, check_finite_weights, likelihood
 from setdiff.files import write_json, write_text
 from setdiff.paradigm import PARADIGMS
-from setdiff.preset import load_preset
-from setdiff.stages.common import Layout, parse_args, setup_logging
+from setdiff.stages.common import start
 from setdiff.tasks import ANSWER_TASKS, read_records
 
 log = logging.getLogger(__name__)
@@ -25,14 +24,11 @@ log = logging.getLogger(__name__)
 def main(argv: list[str]) -> None:
     from setdiff.runtime import setup_torch
 
-    args = parse_args(
+    args, preset, layout = start(
         argv, "Held-out likelihood (and answer accuracy) of one model.", paradigms=PARADIGMS
     )
-    setup_logging()
-    preset = load_preset(args.params)
     config = preset.section("evaluate", EvalConfig)
     decode_options: dict[str, Any] = preset.section(f"decode.{args.paradigm}")
-    layout = Layout(args.root, args.task, args.paradigm)
     model = load_model(
         layout.model(),
         device=config.device,

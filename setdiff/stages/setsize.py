@@ -27,15 +27,13 @@ from setdiff import retrain
 from setdiff.artifacts import load_model
 from setdiff.files import write_json
 from setdiff.initial import weights_sha256
-from setdiff.preset import Preset, load_preset
+from setdiff.preset import Preset
 from setdiff.recipe import SET_SIZE_KEYS, SetSizeStudyConfig, TaskTrainConfig
-from setdiff.stages.common import Layout, parse_args, setup_logging
+from setdiff.stages.common import Layout, start
 
 
 def main(argv: list[str]) -> None:
-    args = parse_args(argv, "Set size: diffusion accuracy per set size D.", answers=True)
-    setup_logging()
-    preset = load_preset(args.params)
+    args, preset, layout = start(argv, "Set size: diffusion accuracy per set size D.", answers=True)
     study = preset.section("setsize", SetSizeStudyConfig)
     recipe: TaskTrainConfig = preset.section(f"train.{args.task}", TaskTrainConfig)
     cells = [
@@ -43,7 +41,6 @@ def main(argv: list[str]) -> None:
         for p in study.paradigms
         for d in study.set_sizes
     ]
-    layout = Layout(args.root, args.task)
     data = retrain.load_data(preset, layout, recipe, study.n_examples)
     inputs = retrain.input_hashes(data)
     out_dir = Path(args.root) / "results" / "setsize" / args.task

@@ -25,11 +25,10 @@ from setdiff.config import ConfigError
 from setdiff.files import finite_or_none, write_json
 from setdiff.measure import Row, count_new_tokens, fingerprint, kv_cache_mb, write_rows
 from setdiff.paradigm import PARADIGMS
-from setdiff.preset import load_preset
 from setdiff.runtime import setup_torch
 from setdiff.sampling.loop import GenerateResult
 from setdiff.sampling.policies import parse_threshold
-from setdiff.stages.common import Layout, parse_args, setup_logging
+from setdiff.stages.common import Layout, start
 from setdiff.tasks import TASK_LAYOUTS, read_records
 from setdiff.textgen import (
     InfillResult,
@@ -51,17 +50,14 @@ log = logging.getLogger(__name__)
 
 
 def main(argv: list[str]) -> None:
-    args = parse_args(
+    args, preset, layout = start(
         argv, "Text quality: verse infilling and unconditional generation.", paradigms=PARADIGMS
     )
-    setup_logging()
-    preset = load_preset(args.params)
     config = preset.section("textgen", TextGenConfig)
     base: dict[str, Any] = preset.section(f"decode.{args.paradigm}")
     if TASK_LAYOUTS[args.task] != "stream":
         raise ConfigError(f"textgen needs a text task, got {args.task!r}")
     setup_torch(threads=config.threads or None)
-    layout = Layout(args.root, args.task, args.paradigm)
     expect = {"task": args.task, "tokenizer": layout.tokenizer}
     model = load_model(layout.model(), config.device, paradigm=args.paradigm, **expect)
     judge = model

@@ -24,8 +24,7 @@ import numpy as np
 
 from setdiff.config import to_dict
 from setdiff.files import atomic_dir, sha256_bytes
-from setdiff.preset import load_preset
-from setdiff.stages.common import Layout, parse_args, setup_logging
+from setdiff.stages.common import Layout, start
 from setdiff.tasks import TASK_LAYOUTS, read_records
 from setdiff.tasks.records import SPLIT_NAMES, Record, Splits
 from setdiff.tokenizer import (
@@ -111,11 +110,10 @@ def write_outputs(
 
 def main(argv: list[str]) -> None:
     """Train ``--task``'s tokenizer on its train split and encode all three splits."""
-    args = parse_args(argv, "Train a task's tokenizer and encode its splits to fixed length.")
-    setup_logging()
-    preset = load_preset(args.params)
+    args, preset, layout = start(
+        argv, "Train a task's tokenizer and encode its splits to fixed length."
+    )
     config = preset.section(f"tokenizer.{args.task}", TokenizerConfig)
-    layout = Layout(args.root, args.task)
     splits = read_raw_splits(layout.raw, args.task)
 
     tokenizer = make_tokenizer(config, splits["train"], args.task)

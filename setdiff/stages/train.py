@@ -37,11 +37,11 @@ from setdiff.files import finite_or_none, write_json
 from setdiff.initial import INPUT_NAMES, initial_source, initial_weights, inputs_fingerprint
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import PARADIGMS, Paradigm, make_paradigm
-from setdiff.preset import ModelSpec, load_preset
+from setdiff.preset import ModelSpec
 from setdiff.preset import model_config as model_config  # the former helper (tests call it)
 from setdiff.recipe import CurveConfig, TaskTrainConfig
 from setdiff.runtime import host
-from setdiff.stages.common import Layout, parse_args, setup_logging
+from setdiff.stages.common import Layout, start
 from setdiff.tasks import ANSWER_TASKS, read_records
 from setdiff.tokenizer import Tokenizer, load_tokenizer
 from setdiff.train import TrainConfig, train
@@ -56,12 +56,9 @@ _initial_net = initial_weights
 
 
 def main(argv: list[str]) -> None:
-    args = parse_args(
+    args, preset, layout = start(
         argv, "Train one (task, paradigm) model; resumable; torchrun-aware.", paradigms=PARADIGMS
     )
-    setup_logging()
-    preset = load_preset(args.params)
-    layout = Layout(args.root, args.task, args.paradigm)
     recipe: TaskTrainConfig = preset.section(f"train.{args.task}", TaskTrainConfig)
     config = _with_local_device(recipe.for_paradigm(args.paradigm))
     tokenizer = load_tokenizer(layout.tokenizer)
