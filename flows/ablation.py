@@ -62,6 +62,19 @@ from flows.tasks import (
     run_trial,
 )
 
+PARAMS: tuple[str, ...] = (
+    "ablation",
+    "paradigm",
+    "decode",
+    "bench.run",
+    "data.{task}",
+    "tokenizer.{task}",
+    "model.{task}",
+    "train.{task}",
+)
+"""The params keys this stage reads, as its DVC stage lists them (a test checks both);
+``{task}`` and ``{paradigm}`` stand for the stage's arguments."""
+
 TRIAL_COMMAND = (*SETDIFF, "trial")
 ADHOC = "studies"
 """Where studies run by hand live (``<root>/studies/<task>/``): outside DVC's ``ablations/``."""

@@ -39,6 +39,9 @@ from reports.render.style import set_theme
 
 log = logging.getLogger(__name__)
 
+PARAMS: tuple[str, ...] = ("preset",)
+"""The params keys this stage reads, as its DVC stage lists them (a test checks both)."""
+
 
 def affects(run: Run, made: Sequence[Made]) -> list[str]:
     """Per missing input: the items that read its kind, marked disabled or incomplete."""

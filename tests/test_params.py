@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib
 import re
 from pathlib import Path
 
@@ -174,7 +175,11 @@ def _stage_params() -> dict[str, list[str]]:
 def _reads(module: str) -> set[str]:
     """Params keys a stage module reads, with every formatted part written as X."""
     source = (ROOT / module).read_text()
-    keys = set(re.findall(r'(?:section|get_path)\(\s*f?"([a-z_.{}]+)"', source))
+    # a field read off the section (``section("study").tasks``) is that key: ``study.tasks``
+    found = re.findall(
+        r'(?:section|get_path)\(\s*f?"([a-z_.{}]+)"(?:\)\.([a-z_]+)\b(?!\())?', source
+    )
+    keys = {f"{key}.{field}" if field else key for key, field in found}
     if "model_config(" in source:
         keys.add("model.{task}")
     if "paradigm_config(" in source:
@@ -182,18 +187,31 @@ def _reads(module: str) -> set[str]:
     return {re.sub(r"\{.*?\}", "X", k) for k in keys}
 
 
-@pytest.mark.parametrize(
-    ("stage", "module"),
-    [
-        ("prepare", "prepare"),
-        ("tokenize", "tokenize"),
-        ("train_ar", "train"),
-        ("train", "train"),
-        ("evaluate", "evaluate"),
-    ],
-)
-def test_dvc_stage_params_equal_the_keys_its_module_reads(stage: str, module: str) -> None:
+def _stage_module(name: str) -> tuple[str, dict[str, str]]:
+    """The module a DVC stage runs (from its cmd) and the arguments its keys are formatted with."""
+    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"][name]
+    cmd = stage.get("do", stage)["cmd"]
+    found = re.match(r"(?:setdiff (\S+)|python -m (\S+))", cmd)
+    assert found, f"{name}: cannot tell the module of {cmd!r}"
+    module = f"setdiff.stages.{found.group(1)}" if found.group(1) else found.group(2)
+    names = {"task": r"\$\{item(?:\.task)?\}", "paradigm": r"\$\{item\.paradigm\}"}
+    fixed = {k: m.group(1) for k in names if (m := re.search(rf"--{k} (\w+)\b", cmd))}
+    return module, {k: fixed.get(k, "X") for k in names}
+
+
+@pytest.mark.parametrize("stage", sorted(_stage_params()))
+def test_every_stage_declares_the_params_its_dvc_stage_lists(stage: str) -> None:
+    """Each stage module's ``PARAMS`` (its params keys as data) equals its DVC stage's params,
+    and covers every key its source reads by name (``section``/``get_path`` literals)."""
+    module, args = _stage_module(stage)
+    declared = importlib.import_module(module).PARAMS
     listed = {re.sub(r"\$\{.*?\}", "X", k) for k in _stage_params()[stage]}
-    if stage == "train_ar":  # its cmd fixes --paradigm ar
-        listed = {k.replace("paradigm.ar", "paradigm.X") for k in listed}
-    assert listed == _reads(f"setdiff/stages/{module}.py")
+    assert {k.format(**args) for k in declared} == listed
+    patterns = {k.format(task="X", paradigm="X") for k in declared}
+    path = ROOT / (module.replace(".", "/") + ".py")
+    unread = {
+        k
+        for k in _reads(str(path.relative_to(ROOT)))
+        if not any(k == p or k.startswith(f"{p}.") for p in patterns)
+    }
+    assert not unread, f"{module} reads {sorted(unread)} beyond its PARAMS"

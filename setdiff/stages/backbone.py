@@ -52,6 +52,10 @@ from setdiff.train import TrainConfig, train
 
 log = logging.getLogger(__name__)
 
+PARAMS: tuple[str, ...] = ("model.{task}", "backbone")
+"""The params keys this stage reads, as its DVC stage lists them (a test checks both);
+``{task}`` and ``{paradigm}`` stand for the stage's arguments."""
+
 
 def main(argv: list[str]) -> None:
     only, argv = _only(argv)

@@ -52,6 +52,9 @@ from setdiff.tasks import read_records
 
 log = logging.getLogger(__name__)
 
+PARAMS: tuple[str, ...] = ("baseline",)
+"""The params keys this stage reads, as its DVC stage lists them (a test checks both)."""
+
 
 def main(argv: list[str]) -> None:
     args, preset, layout = start(argv, "AR baselines served by other engines.", answers=True)

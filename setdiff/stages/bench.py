@@ -54,6 +54,9 @@ from setdiff.tasks import read_records
 
 log = logging.getLogger(__name__)
 
+PARAMS: tuple[str, ...] = ("bench.run", "bench.sweep", "decode", "study")
+"""The params keys this stage reads, as its DVC stage lists them (a test checks both)."""
+
 
 def run_throughput(
     models: Mapping[str, LoadedModel],

@@ -20,6 +20,10 @@ from setdiff.tasks import ANSWER_TASKS, read_records
 
 log = logging.getLogger(__name__)
 
+PARAMS: tuple[str, ...] = ("evaluate", "decode.{paradigm}")
+"""The params keys this stage reads, as its DVC stage lists them (a test checks both);
+``{task}`` and ``{paradigm}`` stand for the stage's arguments."""
+
 
 def main(argv: list[str]) -> None:
     from setdiff.runtime import setup_torch

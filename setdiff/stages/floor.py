@@ -16,6 +16,9 @@ from pathlib import Path
 
 from setdiff.files import write_json
 
+PARAMS: tuple[str, ...] = ()
+"""The params keys this stage reads, as its DVC stage lists them (a test checks both)."""
+
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(

@@ -34,6 +34,9 @@ from setdiff.tasks import read_records
 
 log = logging.getLogger(__name__)
 
+PARAMS: tuple[str, ...] = ("lmeval", "decode")
+"""The params keys this stage reads, as its DVC stage lists them (a test checks both)."""
+
 METRIC = "exact_match,strict-match"
 """The lm-eval metric key our task YAMLs report."""
 

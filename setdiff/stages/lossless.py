@@ -51,6 +51,9 @@ from setdiff.train import train
 
 log = logging.getLogger(__name__)
 
+PARAMS: tuple[str, ...] = ("lossless",)
+"""The params keys this stage reads, as its DVC stage lists them (a test checks both)."""
+
 
 def main(argv: list[str]) -> None:
     args, preset, layout = start(

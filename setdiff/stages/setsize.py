@@ -31,6 +31,10 @@ from setdiff.preset import Preset
 from setdiff.recipe import SET_SIZE_KEYS, SetSizeStudyConfig, TaskTrainConfig
 from setdiff.stages.common import Layout, start
 
+PARAMS: tuple[str, ...] = ("setsize", "train.{task}", "paradigm", "decode", "model.{task}")
+"""The params keys this stage reads, as its DVC stage lists them (a test checks both);
+``{task}`` and ``{paradigm}`` stand for the stage's arguments."""
+
 
 def main(argv: list[str]) -> None:
     args, preset, layout = start(argv, "Set size: diffusion accuracy per set size D.", answers=True)

@@ -22,6 +22,9 @@ from setdiff.files import write_json
 from setdiff.paradigm import PARADIGMS
 from setdiff.preset import Preset, load_preset
 
+PARAMS: tuple[str, ...] = ("preset", "study.tasks", "study.paradigms", "bench.tasks")
+"""The params keys this stage reads, as its DVC stage lists them (a test checks both)."""
+
 SUMMARY = Path("metrics/summary.json")
 REPORT = Path("reports/out/report.md")
 

@@ -48,6 +48,10 @@ from setdiff.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
+PARAMS: tuple[str, ...] = ("textgen", "decode.{paradigm}")
+"""The params keys this stage reads, as its DVC stage lists them (a test checks both);
+``{task}`` and ``{paradigm}`` stand for the stage's arguments."""
+
 
 def main(argv: list[str]) -> None:
     args, preset, layout = start(

@@ -38,6 +38,10 @@ from setdiff.tokenizer import (
     training_texts,
 )
 
+PARAMS: tuple[str, ...] = ("tokenizer.{task}",)
+"""The params keys this stage reads, as its DVC stage lists them (a test checks both);
+``{task}`` and ``{paradigm}`` stand for the stage's arguments."""
+
 logger = logging.getLogger(__name__)
 
 

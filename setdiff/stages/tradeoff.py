@@ -48,6 +48,9 @@ from setdiff.tradeoff import (
 
 log = logging.getLogger(__name__)
 
+PARAMS: tuple[str, ...] = ()
+"""The params keys this stage reads, as its DVC stage lists them (a test checks both)."""
+
 
 def _keys(points: dict[Key, Any], paradigm: str, engine: str = "setdiff") -> list[Key]:
     return [k for k in points if k[0] == paradigm and k[1] == engine]

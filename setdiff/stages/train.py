@@ -48,6 +48,10 @@ from setdiff.train import TrainConfig, train
 
 log = logging.getLogger(__name__)
 
+PARAMS: tuple[str, ...] = ("model.{task}", "train.{task}", "paradigm.{paradigm}")
+"""The params keys this stage reads, as its DVC stage lists them (a test checks both);
+``{task}`` and ``{paradigm}`` stand for the stage's arguments."""
+
 INPUTS_FILE = "inputs.json"
 """Beside a checkpoint: the `inputs_fingerprint` of the run that writes it."""
 
