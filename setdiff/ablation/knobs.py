@@ -28,7 +28,7 @@ METRICS: dict[str, Literal["maximize", "minimize"]] = {
     "nfe_mean": "minimize",
     "tokens_per_forward": "maximize",
 }
-"""What a trial reports (see `summarize`) and the direction each one is optimised in."""
+"""What a trial reports (`setdiff.ablation.trial.summarize`) and the direction of each."""
 
 DIFFUSION = ("setdlm", "bd3lm", "mdlm", "aogpt")
 DEFAULT_PARADIGM = "setdlm"

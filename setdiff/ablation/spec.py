@@ -56,7 +56,7 @@ class SamplerConfig:
 
 @frozen
 class PruningConfig:
-    """Median rule on the held-out loss of training trials (see `should_prune`)."""
+    """Median rule on the held-out loss of training trials (`setdiff.ablation.pruning`)."""
 
     min_trials: int = 2
     """Comparable completed trials with a loss at a step before any trial is pruned there."""

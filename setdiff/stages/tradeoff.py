@@ -264,15 +264,11 @@ def engines(
     points = summarize(grouped)
     out: dict[str, Any] = {}
     for key in points:
-        own_key = next(
-            (
-                k
-                for k in [("ar", "setdiff", f"greedy beside {key[1]}"), ("ar", "setdiff", "greedy")]
-                if k in points
-            ),
-            None,
-        )
-        if key[1] == "setdiff" or own_key is None:
+        if key[1] == "setdiff":
+            continue
+        beside, shared = ("ar", "setdiff", f"greedy beside {key[1]}"), ("ar", "setdiff", "greedy")
+        own_key = beside if beside in points else shared
+        if own_key not in points:
             continue
 
         def stat(pts: dict[Key, Point], key: Key = key, own_key: Key = own_key) -> float | None:
