@@ -169,9 +169,8 @@ def test_wrong_drafts_still_decode_exactly(
     """Drafts that never agree: each is rejected (its K/V dropped), one token a forward."""
     ref = torch.tensor(prompt + _greedy(net, prompt).tokens)
 
-    def propose(self: DraftModel, prefix: torch.Tensor, n: int) -> torch.Tensor:
-        wrong = [_wrong(int(t)) for t in ref[len(prefix) : len(prefix) + n]]
-        return torch.tensor(wrong, dtype=torch.long)
+    def propose(self: DraftModel, prefix: list[int], n: int) -> list[int]:
+        return [_wrong(int(t)) for t in ref[len(prefix) : len(prefix) + n]]
 
     monkeypatch.setattr(draft_model.DraftModel, "propose", propose)
     out = generate(net, prompt, paradigm=AR, max_new_tokens=N, draft=net, draft_tokens=k)
@@ -204,14 +203,11 @@ def test_the_draft_cache_rolls_back_to_the_accepted_prefix(
     dropped."""
     net = make_tiny_model(seed=1, head_scale=20.0)
     used = DraftModel(net, 64, MASK_ID)
-    first = used.propose(torch.tensor([1, 5, 7]), 4)
-    d0, d1 = int(first[0]), int(first[1])
+    d0, d1 = used.propose([1, 5, 7], 4)[:2]
     prefixes = [[1, 5, 7, d0, _wrong(d1)], [1, 5, 8], [1, 5, 8, 9], [1, 6, 8, 9, 2], [2, 5, 8, 9]]
     for prefix in prefixes:
         fresh = DraftModel(net, 64, MASK_ID)
-        assert used.propose(torch.tensor(prefix), 3).tolist() == (
-            fresh.propose(torch.tensor(prefix), 3).tolist()
-        )
+        assert used.propose(prefix, 3) == fresh.propose(prefix, 3)
         n = fresh.cache.length
         assert used.cache.length == n
         for a, b in (

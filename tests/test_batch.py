@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from setdiff import generate_batch
-from setdiff.kv_cache import RaggedKVCache
+from setdiff.kv_cache import KVCache
+from setdiff.masks import decode_mask
 from setdiff.model import Transformer
 from setdiff.paradigm import make_paradigm
-from setdiff.sampling.batch import fill_holes as batch_fill_holes
+from setdiff.sampling.engine import fill_holes as batch_fill_holes
 from setdiff.sampling.loop import GenerateResult, generate
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -213,22 +214,22 @@ def test_finished_rows_leave_the_batch(sharp_model: Transformer, name: str) -> N
 
 
 def test_ragged_cache_stages_each_row_at_its_own_offset() -> None:
-    cache = RaggedKVCache(n_layer=1, capacities=[8, 8], slack=2, n_kv_head=1, head_dim=2)
+    cache = KVCache(n_layer=1, capacities=[8, 8], slack=2, n_kv_head=1, head_dim=2)
     cache.lengths = [1, 3]
     cache.prepare(2)
     new = torch.arange(8, dtype=torch.float).reshape(2, 1, 2, 2) + 1
     k, _ = cache.stage(0, new, new)
     assert k.shape == (2, 1, 5, 2)
     assert torch.equal(k[0, 0, 1:3], new[0, 0]) and torch.equal(k[1, 0, 3:5], new[1, 0])
-    cache.commit(0, torch.tensor([4]))
-    cache.commit(1, torch.tensor([6, 7]))
+    cache.commit([4], 0)
+    cache.commit([6, 7], 1)
     cache.end_forward()
     assert cache.lengths == [2, 5]
-    assert cache.positions_BC[1, 3:5].tolist() == [6, 7]
+    assert cache.positions[1] == [6, 7]
     cache.keep_rows([1])
     assert cache.lengths == [5] and torch.equal(cache.k_NBGCE[0, 0, 0, 3:5], new[1, 0])
-    assert cache.make_room(0, 5) == 2 and cache.lengths == [3]
-    assert cache.positions_BC[0, :3].tolist()[1:] == [6, 7]
+    cache.positions[0] = [5, 9, 6, 7, 8]
+    assert cache.make_room(5, 0) == 2 and cache.lengths == [3] and cache.positions[0] == [6, 7, 8]
 
 
 @pytest.fixture
@@ -322,39 +323,57 @@ def test_batched_inputs_are_each_rows_own(
     use_cache: bool,
     shift: bool,
 ) -> None:
-    # Every forward's batched inputs, row by row, are `forward_inputs` of that row alone; padding
-    # inputs see only their own slot.
-    import dataclasses
+    # Every forward's batched inputs, row by row, are those of that row alone, built by brute
+    # force from `decode_mask` and the shift rule; padding inputs see only their own slot; no mask
+    # only when every row's would be all True.
+    import setdiff.sampling.engine as engine_module
 
-    import setdiff.sampling.batch as batch_module
-    from setdiff.sampling.inputs import forward_inputs
+    built, checked = engine_module.batch_inputs, []
 
-    built, checked = batch_module._batch_inputs, []
-
-    def spy(lanes, plans, cache, shift_):  # noqa: ANN001, ANN202
-        tokens, positions, mask, n_inputs = built(lanes, plans, cache, shift_)
-        for r, (lane, plan) in enumerate(zip(lanes, plans, strict=True)):
-            n_before = lane.state.n_committed - plan.commit.numel()
-            before = dataclasses.replace(lane.state, n_committed=n_before)
-            n_cached = cache.lengths[r] if cache is not None else None
-            want_tokens, want_positions, want_mask = forward_inputs(
-                before, plan, n_cached, shift=shift_
-            )
-            n, k = n_inputs[r], want_mask.shape[1]
-            assert torch.equal(tokens[r, :n], want_tokens)
-            assert torch.equal(positions[r, :n], want_positions)
+    def spy(states, plans, offsets, *, shift):  # noqa: ANN001, ANN202
+        inputs = built(states, plans, offsets, shift=shift)
+        tokens, positions, mask = inputs.tokens, inputs.positions, inputs.mask
+        for r, (state, plan) in enumerate(zip(states, plans, strict=True)):
+            n_cached = offsets[r] if offsets is not None else None
+            want_tokens, want_positions, want_mask = _row_inputs(state, plan, n_cached, shift)
+            n, k = len(want_tokens), want_mask.shape[1]
+            assert inputs.outputs[r] == (n - len(plan.commit) - len(plan.queries), n)
+            assert tokens[r, :n].tolist() == want_tokens
+            assert positions[r, :n].tolist() == want_positions
+            if mask is None:
+                assert want_mask.all() and n == tokens.shape[1]
+                continue
             assert torch.equal(mask[r, :n, :k], want_mask) and not mask[r, :n, k:].any()
             for t in range(n, tokens.shape[1]):
                 assert mask[r, t].nonzero().flatten().tolist() == [(n_cached or 0) + t]
             checked.append(n < tokens.shape[1])
-        return tokens, positions, mask, n_inputs
+        return inputs
 
-    monkeypatch.setattr(batch_module, "_batch_inputs", spy)
+    monkeypatch.setattr(engine_module, "batch_inputs", spy)
     paradigm = _shifted(name) if shift else make_paradigm(name, mask_id=MASK_ID)
     generate_batch(
         sharp_model, PROMPTS, max_new_tokens=NEW, paradigm=paradigm, use_cache=use_cache, **options
     )
     assert any(checked)  # some forward had padding inputs
+
+
+def _row_inputs(
+    state: Any, plan: Any, n_cached: int | None, shift: bool
+) -> tuple[list[int], list[int], torch.Tensor]:
+    """One row's (tokens, positions, mask) by the rules' definitions: fed committed tokens then
+    queries; mask rows from `decode_mask` over its keys; a shifted query of p at p - 1, blind to
+    p - 1's committed key."""
+    n = state.n_committed
+    n_fed = n if n_cached is None else len(plan.commit)
+    n_keys = n if n_cached is None else n_cached + n_fed
+    mask = decode_mask(torch.tensor(state.group_of[n - n_keys : n]), n_fed, plan.attend_matrix())
+    queries = [max(q - 1, 0) for q in plan.queries] if shift else list(plan.queries)
+    positions = state.order[n - n_fed : n] + queries
+    m = len(queries)
+    if shift and m:
+        keys = torch.tensor(state.order[n - n_keys : n])
+        mask[n_fed:, :n_keys] &= keys != (torch.tensor(plan.queries) - 1)[:, None]
+    return [state.canvas[p] for p in positions], positions, mask
 
 
 def test_fill_holes_moves_rows_from_the_end() -> None:
@@ -368,17 +387,17 @@ def test_fill_holes_moves_rows_from_the_end() -> None:
 @pytest.mark.parametrize("rows", [[0, 4, 2, 3], [3, 1, 2], [2, 0, 1], [4, 3]])
 def test_keep_rows_equals_a_gather(rows: list[int]) -> None:
     # The in-place path (holes filled from the end) and the general gather keep the same rows.
-    cache = RaggedKVCache(n_layer=2, capacities=[6, 7, 8, 9, 10], slack=1, n_kv_head=1, head_dim=2)
+    cache = KVCache(n_layer=2, capacities=[6, 7, 8, 9, 10], slack=1, n_kv_head=1, head_dim=2)
     cache.k_NBGCE.normal_()
     cache.v_NBGCE.normal_()
-    cache.positions_BC.copy_(torch.arange(cache.positions_BC.numel()).view_as(cache.positions_BC))
+    cache.positions = [[r] * (r + 1) for r in range(5)]
     cache.lengths = [1, 2, 3, 4, 5]
     want = [(cache.k_NBGCE[:, r].clone(), cache.v_NBGCE[:, r].clone()) for r in rows]
-    positions = cache.positions_BC[rows].clone()
+    positions = [cache.positions[r] for r in rows]
     cache.keep_rows(rows)
     assert cache.lengths == [[1, 2, 3, 4, 5][r] for r in rows]
     assert cache.capacities == [[6, 7, 8, 9, 10][r] for r in rows]
-    assert cache.k_NBGCE.shape[1] == len(rows) and torch.equal(cache.positions_BC, positions)
+    assert cache.k_NBGCE.shape[1] == len(rows) and cache.positions == positions
     for i, (k, v) in enumerate(want):
         assert torch.equal(cache.k_NBGCE[:, i], k) and torch.equal(cache.v_NBGCE[:, i], v)
 

@@ -1,5 +1,5 @@
 """The engine's host cost without a GPU (`setdiff.bench.host`): the read counter, the zero-cost
-stand-in model, and the one-engine issue's target of at most one host read per decode step."""
+stand-in model, and at most one host read per decode step."""
 
 from __future__ import annotations
 
@@ -55,13 +55,10 @@ def net() -> Transformer:
     return Transformer(CONFIG).eval()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 35 (one engine): today's engine reads tensor values on the host several "
-    "times a step (plans, accept rules, stops); the device-resident engine must read at most once",
-)
 @pytest.mark.parametrize("name", list(DECODES))
 @pytest.mark.parametrize("batch", [1, 16])
 def test_at_most_one_host_read_per_step(net: Transformer, name: str, batch: int) -> None:
+    """The engine reads each forward's choices of every row in one transfer, and nothing else:
+    plans, inputs and stops come from the host's own state (one-engine issue)."""
     with torch.inference_mode():
         assert host_reads_per_step(net, name, batch, new_tokens=24) <= 1

@@ -413,7 +413,7 @@ def test_bd3lm_short_prompt_has_no_commit_only_forward(
     inner = sharp_model.forward
 
     def counting(tokens, positions, mask=None, cache=None):  # noqa: ANN001, ANN202
-        calls.append((tokens.shape[1], cache.length if cache is not None else -1))
+        calls.append((tokens.shape[1], cache.lengths[0] if cache is not None else -1))
         return inner(tokens, positions, mask, cache)
 
     monkeypatch.setattr(sharp_model, "forward", counting)
@@ -598,11 +598,15 @@ def test_any_decodable_model(sharp_model: Transformer) -> None:
 def test_accept_confident_semantics() -> None:
     from setdiff.sampling.logits import accept_confident
 
+    def accepted(conf: torch.Tensor, threshold: float | None) -> list[int]:
+        return accept_confident(conf, threshold).nonzero().flatten().tolist()
+
     conf = torch.tensor([0.2, 0.5, 0.5, 0.9, 0.1])
-    assert accept_confident(conf, None).tolist() == [3]
-    assert accept_confident(conf, 0.5).tolist() == [1, 2, 3]  # ">= tau" (spec 5.1 step 6)
-    assert accept_confident(conf, 0.95).tolist() == [3]  # the most confident is always taken
-    assert accept_confident(torch.tensor([0.3]), 1.0).tolist() == [0]
+    assert accepted(conf, None) == [3]
+    assert accepted(conf, 0.5) == [1, 2, 3]  # ">= tau" (spec 5.1 step 6)
+    assert accepted(conf, 0.95) == [3]  # the most confident is always taken
+    assert accepted(torch.tensor([0.3]), 1.0) == [0]
+    assert accepted(torch.tensor([0.4, 0.7, 0.7]), None) == [1]  # a tie: the first
 
 
 def _ref_nucleus(probs: list[float], top_p: float) -> list[float]:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from setdiff.kv_cache import StaticKVCache
+from setdiff.kv_cache import KVCache
 from setdiff.model import Transformer
 from setdiff.paradigm import SetDLMConfig, make_paradigm
 from setdiff.sampling import static
@@ -98,20 +98,21 @@ def test_compiled_step_equals_eager_and_compiles_once(net: Transformer) -> None:
 
 
 def test_static_cache_stages_at_its_slots(net: Transformer) -> None:
-    cache = StaticKVCache.for_model(net, capacity=10)
-    cache.length = 3
+    cache = KVCache.for_model(net, 10, static=True)
+    cache.lengths, cache.positions = [3], [[0, 1, 2]]
     cache.prepare(4)
-    assert cache.slots.tolist() == [3, 4, 5, 6] and cache.staged == 4
+    assert cache.staged == 4
     k = torch.ones(1, net.config.n_kv_head, 4, net.config.head_dim)
     keys, _ = cache.stage(0, k, 2 * k)
     assert keys.shape[2] == 10  # every slot, for a static shape
     assert keys[0, 0, 3:7].eq(1).all() and keys[0, 0, :3].eq(0).all()
-    cache.commit(torch.tensor([8, 9]))
-    assert cache.length == 5 and cache.positions.tolist()[3:] == [8, 9]
+    assert keys[0, 0, 7:].eq(0).all()
+    cache.commit([8, 9])
+    assert cache.length == 5 and cache.positions == [[0, 1, 2, 8, 9]]
     with pytest.raises(ValueError, match="cache overflow"):
         cache.prepare(6)
-    bucketed = StaticKVCache.for_model(net, capacity=10, slack=3, bucket=8)
-    assert (bucketed.capacity, bucketed.slot_count) == (10, 16)
+    bucketed = KVCache.for_model(net, 10, slack=3, bucket=8, static=True)
+    assert (bucketed.capacities, bucketed.slot_count) == ([10], 16)
 
 
 @pytest.mark.parametrize(

@@ -30,37 +30,39 @@ class DraftModel:
         self.net, self.mask_id = net, mask_id
         self.device = next(net.parameters()).device
         self.cache = KVCache.for_model(net, capacity)
-        self.fed = torch.empty(0, dtype=torch.long)  # the tokens whose K/V the cache holds
+        self.fed: list[int] = []  # the tokens whose K/V the cache holds
         self.nfe = 0
         """Draft-model forward calls so far."""
         self.seconds = 0.0
         """Wall time inside them."""
 
-    def propose(self, prefix: torch.Tensor, n: int) -> torch.Tensor:
-        """(n,) greedy tokens after `prefix` (the verified tokens of positions 0..)."""
+    def propose(self, prefix: list[int], n: int) -> list[int]:
+        """`n` greedy tokens after `prefix` (the verified tokens of positions 0..)."""
         if n <= 0:
-            return torch.empty(0, dtype=torch.long)
-        keep = min(self.fed.numel(), prefix.numel() - 1)  # feed >= 1 token: its row predicts
-        keep = int((self.fed[:keep] == prefix[:keep]).cumprod(0).sum())
+            return []
+        keep, limit = 0, min(len(self.fed), len(prefix) - 1)  # feed >= 1 token: its row predicts
+        while keep < limit and self.fed[keep] == prefix[keep]:
+            keep += 1
         self.cache.crop(keep)
         feed, out = prefix[keep:], []
         for _ in range(n):
-            feed = self._next(feed)
-            out.append(feed)
-        self.fed = torch.cat([prefix, *out[:-1]])
-        return torch.cat(out)
+            out.append(self._next(feed))
+            feed = out[-1:]
+        self.fed = prefix + out[:-1]
+        return out
 
-    def _next(self, feed: torch.Tensor) -> torch.Tensor:
-        """Feed `feed` after the cached tokens (causally); the greedy token after them, (1,)."""
+    def _next(self, feed: list[int]) -> int:
+        """Feed `feed` after the cached tokens (causally); the greedy token after them."""
         tic = time.perf_counter()
-        n_cached, T = self.cache.length, feed.numel()
+        n_cached, T = self.cache.length, len(feed)
         positions = torch.arange(n_cached, n_cached + T, device=self.device)
         mask = None
         if T > 1:
             causal = torch.ones(T, n_cached + T, dtype=torch.bool, device=self.device)
             mask = causal.tril(n_cached)
-        logits = self.net(feed[None].to(self.device), positions[None], mask, self.cache)[0, -1:]
-        self.cache.commit(positions)
+        tokens = torch.tensor([feed], device=self.device)
+        logits = self.net(tokens, positions[None], mask, self.cache)[0, -1:]
+        self.cache.commit(list(range(n_cached, n_cached + T)))
         self.nfe += 1
         self.seconds += time.perf_counter() - tic
-        return choose_tokens(logits.cpu(), mask_id=self.mask_id)[0]
+        return int(choose_tokens(logits, mask_id=self.mask_id)[0])  # its own read, per token

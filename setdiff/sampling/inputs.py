@@ -1,43 +1,143 @@
-"""The inputs of one decoding forward: tokens, positions and mask rows, from a plan.
+"""The inputs of one decoding forward over a batch of rows: tokens, positions and mask, from each
+row's plan. The one input builder: `generate` is a batch of one row.
 
-Shared by `generate` (one row) and `generate_batch` (each row on its own), cached or recomputed:
-- with a cache holding `n_cached` entries, a forward feeds the plan's committed tokens then its
-  queries, and its keys are those entries, then the inputs;
-- without one (``n_cached=None``) it feeds every committed token again, then the queries.
+Row b feeds its plan's committed tokens then its queries; with a cache holding ``o_b`` entries of
+that row its keys are those entries, then its inputs (the key slots of every row share one
+layout: the first ``o_b + F_b`` hold its committed entries, then its M_b queries, then padding);
+without a cache (``offsets=None``) it feeds every committed token again, then the queries. Rows
+are padded to the longest; a padding input sees only itself, so its row stays finite and nobody
+reads it. The mask rows follow `setdiff.masks.decode_mask` row by row (the tests hold them to
+it): committed token i sees committed j iff ``group[j] <= group[i]``, queries see every committed
+token and each other as the plan says.
 
 Shifted queries (``shift=True``, paradigms trained with ``shift: true``): the query of position p
 is fed at position p - 1 with the canvas token there (the decoded token, or [MASK] while it is
 undecoded) and does not see that position's committed key, for which it stands in. Decoded left
 to right, such a query computes exactly what an AR model computes at p - 1. (A query of position
 0, a block diffusion query over BOS, has nothing before it and stays in place.)
+
+Everything is built from the host's plain state, in a few tensor ops per forward whatever the
+batch size: building reads nothing back from a device. When the mask would be all True (an AR
+step, an MDLM forward) it is None, so attention takes its unmasked path, as it always has.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
-from setdiff.masks import decode_mask
-from setdiff.sampling.state import DecodeState, Plan
+from setdiff.sampling.state import DecodeState, Plan, long_tensor
 
 
-def forward_inputs(
-    state: DecodeState, plan: Plan, n_cached: int | None, *, shift: bool = False
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(tokens (T,), positions (T,), mask (T, K)) of the forward that `plan` describes.
+@dataclasses.dataclass(frozen=True, slots=True)
+class Inputs:
+    tokens: torch.Tensor
+    """(B, T) long."""
+    positions: torch.Tensor
+    """(B, T) long."""
+    mask: torch.Tensor | None
+    """(B, T, K) bool, K = max offset + T; None when every entry would be True."""
+    outputs: list[tuple[int, int]]
+    """Per row, the input rows of its committed tokens then queries (the logits it reads)."""
 
-    The rows are the fed committed tokens then the queries; the columns the keys (cached
-    entries, fed committed tokens, queries)."""
-    all_groups = torch.cat((state.groups, plan.groups))
-    committed = torch.cat((state.committed, plan.commit))
-    n_keys = len(committed) if n_cached is None else n_cached + plan.commit.numel()
-    fed = committed if n_cached is None else plan.commit
-    key_positions = committed[len(committed) - n_keys :]
-    mask = decode_mask(all_groups[len(all_groups) - n_keys :], fed.numel(), plan.query_attend)
-    m = plan.queries.numel()
-    # Position 0 (BOS, never a target) has nothing before it: its query stays in place.
-    queries = (plan.queries - 1).clamp(min=0) if shift else plan.queries
-    positions = torch.cat((fed, queries))
-    tokens = state.canvas[positions]
-    if shift and m:  # the query of p does not see p - 1's committed key (no key sits at -1)
-        mask[-m:, :n_keys] &= key_positions != (plan.queries - 1)[:, None]
-    return tokens, positions, mask
+
+def batch_inputs(
+    states: list[DecodeState], plans: list[Plan], offsets: list[int] | None, *, shift: bool
+) -> Inputs:
+    """The inputs of one forward of rows `states` (each has recorded its plan's commit) at cache
+    `offsets` (None: no cache)."""
+    fed_B, n_fed_B, n_keys_B, full = [], [], [], True
+    for r, (state, plan) in enumerate(zip(states, plans, strict=True)):
+        n = state.n_committed
+        n_fed = len(plan.commit) if offsets is not None else n
+        n_keys = n_fed + (offsets[r] if offsets is not None else 0)
+        q = plan.queries
+        fed_B.append(state.order[n - n_fed : n] + ([max(p - 1, 0) for p in q] if shift else q))
+        n_fed_B.append(n_fed)
+        n_keys_B.append(n_keys)
+        full = full and _row_full(state, plan, n_fed, n_keys, shift)
+    n_inputs = [len(fed) for fed in fed_B]
+    T, offset_B = max(n_inputs), offsets or [0] * len(states)
+    flat = []
+    for state, fed in zip(states, fed_B, strict=True):
+        flat += [state.canvas[p] for p in fed] + [0] * (T - len(fed))
+    for fed in fed_B:
+        flat += fed + [0] * (T - len(fed))
+    tokens, positions = long_tensor(flat).view(2 * len(states), T).split(len(states))
+    outputs = [
+        (n - len(p.commit) - len(p.queries), n) for n, p in zip(n_inputs, plans, strict=True)
+    ]
+    full = full and len(set(offset_B)) == 1 and len(set(n_inputs)) == 1
+    mask = None if full else _mask(states, plans, n_fed_B, n_keys_B, offset_B, T, shift)
+    return Inputs(tokens, positions, mask, outputs)
+
+
+def _attends_all(plan: Plan) -> bool:
+    return plan.query_attend == "all" or (plan.query_attend == "self" and len(plan.queries) <= 1)
+
+
+def _hidden(state: DecodeState, plan: Plan, n_keys: int) -> list[tuple[int, int]]:
+    """Shifted queries: (query index, key index) of each query of p > 0 and p - 1's committed
+    key among the row's `n_keys` keys (the last committed entries), for which it stands in."""
+    first = state.n_committed - n_keys
+    out = []
+    for j, q in enumerate(plan.queries):
+        if q > 0 and state.slot[q - 1] >= first:
+            out.append((j, state.slot[q - 1] - first))
+    return out
+
+
+def _row_full(state: DecodeState, plan: Plan, n_fed: int, n_keys: int, shift: bool) -> bool:
+    """Whether a row's mask (alone, unpadded) is all True."""
+    if not plan.queries:  # fed rows see every key iff they share the last group
+        return not n_fed or state.group_of[-n_fed] == state.group_of[-1]
+    if n_fed or not _attends_all(plan):  # a fed row never sees a query
+        return False
+    return not (shift and _hidden(state, plan, n_keys))
+
+
+def _mask(
+    states: list[DecodeState],
+    plans: list[Plan],
+    n_fed_B: list[int],
+    n_keys_B: list[int],
+    offset_B: list[int],
+    T: int,
+    shift: bool,
+) -> torch.Tensor:
+    """The (B, T, K) mask of `batch_inputs`.
+
+    Groups never decrease in commit order (`DecodeState.record_commit` holds to it), so the keys
+    an input sees by the group rule are a prefix of its row's slots: a fed token sees up to the
+    last key of its group; a query every committed key, and the other queries too when they all
+    see each other; a padding input none. Single entries are then set: padding inputs and
+    "self" queries see their own slot, shifted queries do not see the key they stand in for."""
+    K = max(offset_B) + T
+    reach: list[int] = []
+    given = []
+    points: list[tuple[int, int, int, bool]] = []
+    for r, (state, plan) in enumerate(zip(states, plans, strict=True)):
+        n_f, n_k, m = n_fed_B[r], n_keys_B[r], len(plan.queries)
+        fed_groups, first = state.group_of[len(state.group_of) - n_f :], n_k - n_f
+        ends, end = [0] * n_f, n_k  # one past the last key of each fed token's group
+        for t in range(n_f - 1, -1, -1):
+            if t + 1 < n_f and fed_groups[t] != fed_groups[t + 1]:
+                end = first + t + 1
+            ends[t] = end
+        see_all = _attends_all(plan)
+        reach += ends + [n_k + m if see_all else n_k] * m + [0] * (T - n_f - m)
+        if not see_all and plan.query_attend == "self":
+            points += [(r, n_f + j, n_k + j, True) for j in range(m)]
+        elif not see_all:
+            given.append((r, n_f, n_k, plan.query_attend))
+        points += [(r, t, offset_B[r] + t, True) for t in range(n_f + m, T)]  # padding
+        if shift:
+            points += [(r, n_f + j, key, False) for j, key in _hidden(state, plan, n_k)]
+    mask_BTK = torch.arange(K) < long_tensor(reach).view(len(plans), T, 1)
+    for r, n_f, n_k, attend in given:
+        mask_BTK[r, n_f : n_f + attend.shape[0], n_k : n_k + attend.shape[0]] = attend
+    if points:
+        r, t, k, value = long_tensor([v for p in points for v in p]).view(-1, 4).T
+        mask_BTK.index_put_((r, t, k), value.bool())
+    return mask_BTK

@@ -23,7 +23,7 @@ def choose_tokens(
         tokens (M,) long and confidence (M,) float = probability of the chosen token.
     """
     logits = logits_MV.float().clone()
-    logits[:, mask_id] = float("-inf")
+    logits.narrow(-1, mask_id, 1).fill_(float("-inf"))
     if temperature == 0.0:
         probs = torch.softmax(logits, dim=-1)
         confidence, tokens = probs.max(dim=-1)
@@ -45,11 +45,12 @@ def nucleus(probs_MV: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 def accept_confident(confidence_M: torch.Tensor, threshold: float | None) -> torch.Tensor:
-    """Indices to accept: the most confident one, plus every one with confidence >= threshold."""
-    best = int(confidence_M.argmax())
-    if threshold is None:
-        return torch.tensor([best])
-    chosen = (confidence_M >= threshold).nonzero().flatten()
-    if best not in chosen.tolist():
-        chosen = torch.cat((torch.tensor([best]), chosen))
-    return chosen.sort().values
+    """(M,) bool: accept the most confident one, plus every one with confidence >= threshold.
+
+    A mask rather than indices, so that choosing reads nothing back to the host."""
+    keep = (
+        torch.zeros_like(confidence_M, dtype=torch.bool)
+        if threshold is None
+        else confidence_M >= threshold
+    )
+    return keep.scatter(0, confidence_M.argmax().reshape(1), True)

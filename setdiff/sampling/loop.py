@@ -1,29 +1,27 @@
-"""The one decoding loop: plan -> forward (cached or recomputed) -> select -> accept -> stop?
+"""`generate`: one prompt through the decode engine (`setdiff.sampling.engine`), a batch of one.
 
-`generate` validates everything before any compute, builds the paradigm's policy, and runs the
-loop. With ``use_cache=True`` each forward feeds only the tokens being committed plus the
-queries, over a `KVCache`; with ``use_cache=False`` it feeds every committed token again (full
-recomputation with the same mask rules), which must give the same logits: the tests hold the
-cache to that. NFE counts real forward calls.
+`generate` validates everything before any compute, builds the paradigm's policy and the cache,
+and runs the engine. With ``use_cache=True`` each forward feeds only the tokens being committed
+plus the queries, over a KV cache; with ``use_cache=False`` it feeds every committed token again
+(full recomputation with the same mask rules), which must give the same logits: the tests hold
+the cache to that. NFE counts real forward calls.
 
-The loop knows models through `Decodable` (a backbone, its paradigm, its tokenizer), which
+The engine knows models through `Decodable` (a backbone, its paradigm, its tokenizer), which
 `setdiff.artifacts.LoadedModel` satisfies: sampling sits below artifacts and never imports it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import operator
-import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol, Unpack, runtime_checkable
 
 import torch
 
-from setdiff.kv_cache import KVCache, StaticKVCache
+from setdiff.kv_cache import KVCache
 from setdiff.sampling.draft_model import DraftModel
-from setdiff.sampling.inputs import forward_inputs
+from setdiff.sampling.engine import GenerateResult, Lane, Stopper, run
 from setdiff.sampling.policies import (
     ARPolicy,
     DecodeContext,
@@ -31,7 +29,7 @@ from setdiff.sampling.policies import (
     DecodePolicy,
     SetPolicy,
 )
-from setdiff.sampling.state import DecodeState, Plan
+from setdiff.sampling.state import DecodeState
 from setdiff.sampling.static import STATIC_BUCKET, StaticStep
 
 if TYPE_CHECKING:
@@ -54,31 +52,6 @@ class Decodable(Protocol):
 
     @property
     def tokenizer(self) -> Tokenizer | None: ...
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class GenerateResult:
-    tokens: list[int]
-    """New token ids, up to and including the stop token when one fired."""
-    nfe: int
-    """Model forward calls actually made (prefill included)."""
-    steps: list[list[int]]
-    """Canvas positions decoded by each forward, in order (each generated position once)."""
-    stopped: bool
-    """True when a stop token ended decoding early."""
-    forward_seconds: float
-    """Wall time spent inside model forward calls."""
-    cache_length: int = 0
-    """Committed KV-cache entries at the end (0 without a cache)."""
-    logits: list[torch.Tensor] | None = None
-    """With ``trace_logits=True``: each forward's logits for its committed then queried rows."""
-    drafts: tuple[int, int] = (0, 0)
-    """With ``verify=True`` or a ``draft`` model: drafts checked and drafts accepted (the
-    acceptance rate's terms)."""
-    draft_nfe: int = 0
-    """With a ``draft`` model: its forward calls (`nfe` counts the main model's only)."""
-    draft_seconds: float = 0.0
-    """With a ``draft`` model: wall time inside its forward calls."""
 
 
 def generate(
@@ -157,8 +130,8 @@ def generate(
             if policy.uses_cache
             else f"compile_step needs the KV cache, and {paradigm.config.name} decodes without one"
         )
-    state = DecodeState.new(prompt, max_new_tokens, suffix, paradigm.mask_id)
-    generator = torch.Generator().manual_seed(seed)
+    device = next(net.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
     drafter = None if draft_net is None else DraftModel(draft_net, total, paradigm.mask_id)
     ctx = DecodeContext(
         mask_id=paradigm.mask_id, generator=generator, n_new=max_new_tokens, drafter=drafter
@@ -166,83 +139,17 @@ def generate(
     cache, step = None, None
     if compile_step:
         n_step = policy.max_step(max_new_tokens)
-        cache = StaticKVCache.for_model(
-            net, cache_size or total + need, slack=n_step, bucket=STATIC_BUCKET
-        )
+        capacity = cache_size or total + need
+        cache = KVCache.for_model(net, capacity, slack=n_step, bucket=STATIC_BUCKET, static=True)
         step = StaticStep(net, cache, n_step, paradigm.mask_id)
     elif use_cache:
-        cache = KVCache.for_model(net, cache_size or 2 * total)
+        cache = KVCache.for_model(net, cache_size or 2 * total, slack=need)
+    state = DecodeState.new(prompt, max_new_tokens, suffix, paradigm.mask_id)
+    lane = Lane(state, ctx, Stopper(set(stops), tuple(strings), tokenizer))
     with torch.inference_mode():
-        stopper = Stopper(set(stops), tuple(strings), tokenizer)
-        return _run(net, policy, state, cache, ctx, stopper, trace_logits, step)
-
-
-def _run(
-    net: Transformer,
-    policy: DecodePolicy,
-    state: DecodeState,
-    cache: KVCache | None,
-    ctx: DecodeContext,
-    stopper: Stopper,
-    trace_logits: bool,
-    step: StaticStep | None = None,
-) -> GenerateResult:
-    device = next(net.parameters()).device
-    nfe, forward_seconds, steps, traced = 0, 0.0, [], []
-    stop_at = None
-    while (plan := policy.plan(state)) is not None:
-        tic = time.perf_counter()
-        logits = _forward(net, state, plan, cache, device, policy.shift, step)
-        forward_seconds += time.perf_counter() - tic
-        nfe += 1
-        state.record_commit(plan.commit, plan.groups)
-        if trace_logits:
-            traced.append(logits.cpu())
-        positions, n_rejected = policy.advance(state, plan, logits.cpu(), ctx)
-        if n_rejected and cache is not None:  # rejected drafts: as if never committed
-            cache.crop(cache.length - n_rejected)
-        if positions.numel():
-            steps.append(positions.tolist())
-        if stopper.active and (stop_at := stopper.find(state)) is not None:
-            break
-    end = state.gen_end if stop_at is None else stop_at + 1
-    return GenerateResult(
-        tokens=state.canvas[state.gen_start : end].tolist(),
-        nfe=nfe,
-        steps=steps,
-        stopped=stop_at is not None,
-        forward_seconds=forward_seconds,
-        cache_length=cache.length if cache is not None else 0,
-        logits=traced if trace_logits else None,
-        drafts=(state.drafts_checked, state.drafts_accepted),
-        draft_nfe=ctx.drafter.nfe if isinstance(ctx.drafter, DraftModel) else 0,
-        draft_seconds=ctx.drafter.seconds if isinstance(ctx.drafter, DraftModel) else 0.0,
-    )
-
-
-def _forward(
-    net: Transformer,
-    state: DecodeState,
-    plan: Plan,
-    cache: KVCache | None,
-    device: torch.device,
-    shift: bool = False,
-    step: StaticStep | None = None,
-) -> torch.Tensor:
-    """Logits (C + M, V) of the plan's committed tokens then queries."""
-    n_out = plan.commit.numel() + plan.queries.numel()
-    if cache is not None:
-        cache.make_room(n_out)
-    n_cached = cache.length if cache is not None else None
-    tokens, positions, mask = forward_inputs(state, plan, n_cached, shift=shift)
-    if step is not None:
-        logits = step(tokens, positions, mask)
-    else:
-        attn = None if bool(mask.all()) else mask.to(device)
-        logits = net(tokens[None].to(device), positions[None].to(device), attn, cache)[0]
-    if cache is not None:
-        cache.commit(plan.commit.to(device))
-    return logits[logits.shape[0] - n_out :]
+        run(net, policy, [lane], cache, trace_logits, step)
+    assert lane.result is not None
+    return lane.result
 
 
 def _as_stops(
@@ -357,33 +264,6 @@ def _draft_net(
             "tokens)"
         )
     return draft
-
-
-class Stopper:
-    """Finds the first stop (token id or string) in the decoded prefix, checking new tokens only."""
-
-    def __init__(
-        self, ids: set[int], strings: tuple[str, ...], tokenizer: Tokenizer | None
-    ) -> None:
-        self.ids, self.strings, self.tokenizer = ids, strings, tokenizer
-        self.checked = 0  # generated tokens already scanned for stop ids
-        self.active = bool(ids or strings)
-
-    def find(self, state: DecodeState) -> int | None:
-        """Canvas position of the token that completes the first stop, or None."""
-        prefix = state.canvas[state.gen_start : state.verified_end()].tolist()
-        for i in range(self.checked, len(prefix)):
-            if prefix[i] in self.ids:
-                return state.gen_start + i
-        if self.strings and len(prefix) > self.checked:
-            text = self.tokenizer.decode(prefix)
-            if any(s in text for s in self.strings):
-                for i in range(self.checked, len(prefix)):
-                    head = self.tokenizer.decode(prefix[: i + 1])
-                    if any(s in head for s in self.strings):
-                        return state.gen_start + i
-        self.checked = len(prefix)
-        return None
 
 
 def _unpack(

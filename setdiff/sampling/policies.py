@@ -3,9 +3,12 @@
 One policy per paradigm's sampler; the loop in `setdiff.sampling.loop` is shared. A policy is a
 frozen record of its options with these methods:
 - ``plan(state) -> Plan | None``: the next forward (None = done);
-- ``select(state, plan, logits, ctx) -> (positions, tokens)``: what that forward decodes;
-- ``advance(state, plan, logits, ctx) -> (positions, n_rejected)``: applies it to the state (the
-  loops call this; only verify's rejected drafts give ``n_rejected > 0``: cache entries to drop).
+- ``select(state, plan, logits, ctx) -> picks``: that forward's choices, as tensors on the
+  logits' device (tokens, accept masks, indices), computed without reading anything back;
+- ``apply(state, plan, picks, ctx) -> (positions, n_rejected)``: applies the picks to the state,
+  read to the host as lists of ints (the loop reads every row's picks of a forward at once: one
+  read per forward); only verify's rejected drafts give ``n_rejected > 0``, cache entries to
+  drop.
 
 Policies:
 - `ARPolicy`: next-token decoding; each forward commits the previous token and predicts the next.
@@ -43,13 +46,17 @@ from setdiff.config import check, frozen
 from setdiff.masks import make_prompt_causal_mask_mod
 from setdiff.sampling.logits import accept_confident, choose_tokens
 from setdiff.sampling.state import DecodeState, Plan
-from setdiff.sampling.verify import advance as verify_advance
+from setdiff.sampling.verify import apply as verify_apply
+from setdiff.sampling.verify import select as verify_select
+
+Picks = tuple[torch.Tensor, ...]
+"""A forward's choices on the device (`select`); `apply` gets each as a list of ints."""
 
 
 class Drafter(Protocol):
     """A draft model (`setdiff.sampling.draft_model.DraftModel`)."""
 
-    def propose(self, prefix: torch.Tensor, n: int) -> torch.Tensor:
+    def propose(self, prefix: list[int], n: int) -> list[int]:
         """(n,) draft tokens after `prefix`, the verified tokens of positions 0.."""
         ...
 
@@ -113,9 +120,19 @@ def _check_sampling(temperature: float, top_p: float) -> None:
     check(_is_number(top_p) and 0 < top_p <= 1, f"top_p must be a number in (0, 1], got {top_p!r}")
 
 
-def _causal_plan(state: DecodeState, commit: torch.Tensor, queries: torch.Tensor) -> Plan:
-    groups = torch.arange(commit.numel()) + state.next_group
-    return Plan(commit, groups, queries, torch.eye(queries.numel(), dtype=torch.bool))
+def _causal_plan(state: DecodeState, commit: list[int], queries: list[int]) -> Plan:
+    return Plan(commit, list(range(state.next_group, state.next_group + len(commit))), queries)
+
+
+def _window(state: DecodeState, window: int | None) -> list[int]:
+    """The masked positions within `window` of the frontier (None: every masked position)."""
+    front = state.frontier()
+    return state.masked_from(front, state.gen_end if window is None else front + window)
+
+
+def _rows(logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """These rows of `logits`, by an index built on the host (no read)."""
+    return logits.index_select(0, torch.tensor(rows, dtype=torch.long, device=logits.device))
 
 
 class _Options:
@@ -151,15 +168,18 @@ class _Options:
             parsed["threshold"] = parse_threshold(parsed["threshold"])
         return cls(**parsed, **fixed)
 
-    def advance(
-        self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
-    ) -> tuple[torch.Tensor, int]:
-        """Apply one forward's logits to `state` (its commit already recorded): the positions it
-        decoded, and how many of its commits were rejected, to drop from the end of the cache
-        (only `SetPolicy` with ``verify=True`` rejects any)."""
-        positions, tokens = self.select(state, plan, logits, ctx)  # type: ignore[attr-defined]
-        if positions.numel():
-            state.accept(positions, tokens)
+    def apply(
+        self, state: DecodeState, plan: Plan, picks: list[list[int]], ctx: DecodeContext
+    ) -> tuple[list[int], int]:
+        """Apply one forward's `picks` (``select``'s tensors, read as lists) to `state` (its
+        commit already recorded): the positions it decoded, and how many of its commits were
+        rejected, to drop from the end of the cache (only the speculative rules reject any).
+        Here the picks are the tokens and accept mask of the plan's queries."""
+        if not picks:
+            return [], 0
+        tokens, keep = picks
+        positions = [q for q, k in zip(plan.queries, keep, strict=True) if k]
+        state.accept(positions, [t for t, k in zip(tokens, keep, strict=True) if k])
         return positions, 0
 
 
@@ -199,27 +219,14 @@ class ARPolicy(_Options):
         if not (state.has_masks or state.drafts):  # drafts are still to be checked
             return None
         commit = state.uncommitted_decoded()
-        check(commit.numel() > 0, "ar decoding needs a non-empty prompt")
-        return _causal_plan(state, commit, torch.empty(0, dtype=torch.long))
-
-    def advance(
-        self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
-    ) -> tuple[torch.Tensor, int]:
-        if not self.draft_tokens:
-            return _Options.advance(self, state, plan, logits, ctx)
-        drafter = ctx.drafter
-        if drafter is None:
-            raise ValueError("draft_tokens needs a draft model: generate(..., draft=model)")
-
-        def propose(state: DecodeState) -> torch.Tensor:
-            end = state.verified_end()
-            return drafter.propose(state.canvas[:end], min(self.draft_tokens, state.gen_end - end))
-
-        return verify_advance(state, plan, logits, ctx.mask_id, propose)
+        check(len(commit) > 0, "ar decoding needs a non-empty prompt")
+        return _causal_plan(state, commit, [])
 
     def select(
         self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> Picks:
+        if self.draft_tokens:
+            return verify_select(state, plan, logits, ctx.mask_id, from_queries=False)
         tokens, _ = choose_tokens(
             logits[-1:],
             mask_id=ctx.mask_id,
@@ -227,7 +234,24 @@ class ARPolicy(_Options):
             top_p=self.top_p,
             generator=ctx.generator,
         )
-        return torch.tensor([state.frontier()]), tokens
+        return (tokens,)
+
+    def apply(
+        self, state: DecodeState, plan: Plan, picks: list[list[int]], ctx: DecodeContext
+    ) -> tuple[list[int], int]:
+        if not self.draft_tokens:
+            position = state.frontier()
+            state.accept([position], picks[0])
+            return [position], 0
+        drafter = ctx.drafter
+        if drafter is None:
+            raise ValueError("draft_tokens needs a draft model: generate(..., draft=model)")
+
+        def propose(state: DecodeState) -> list[int]:
+            end = state.verified_end()
+            return drafter.propose(state.canvas[:end], min(self.draft_tokens, state.gen_end - end))
+
+        return verify_apply(state, plan, picks, ctx.mask_id, propose)
 
 
 @frozen
@@ -288,25 +312,17 @@ class SetPolicy(_Options):
             return None
         # The first forward fuses the prefill (every given token, causal in position order)
         # with the first window's queries, as AR's first forward predicts its first token.
-        commit = state.uncommitted_decoded()
-        masked = state.is_masked.nonzero().flatten()
-        if self.window != "all" and masked.numel():  # masked[0] is the frontier
-            masked = masked[masked < masked[0] + self.window]
-        return _causal_plan(state, commit, masked)
-
-    def advance(
-        self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
-    ) -> tuple[torch.Tensor, int]:
-        if self.verify:
-            return verify_advance(state, plan, logits, ctx.mask_id)
-        return _Options.advance(self, state, plan, logits, ctx)
+        window = None if self.window == "all" else self.window
+        return _causal_plan(state, state.uncommitted_decoded(), _window(state, window))
 
     def select(
         self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        m = plan.queries.numel()
+    ) -> Picks:
+        if self.verify:
+            return verify_select(state, plan, logits, ctx.mask_id, from_queries=True)
+        m = len(plan.queries)
         if m == 0:
-            return plan.queries, plan.queries
+            return ()
         tokens, confidence = choose_tokens(
             logits[-m:],
             mask_id=ctx.mask_id,
@@ -314,8 +330,14 @@ class SetPolicy(_Options):
             top_p=self.top_p,
             generator=ctx.generator,
         )
-        keep = accept_confident(confidence, self.threshold)
-        return plan.queries[keep], tokens[keep]
+        return tokens, accept_confident(confidence, self.threshold)
+
+    def apply(
+        self, state: DecodeState, plan: Plan, picks: list[list[int]], ctx: DecodeContext
+    ) -> tuple[list[int], int]:
+        if self.verify:
+            return verify_apply(state, plan, picks, ctx.mask_id)
+        return _Options.apply(self, state, plan, picks, ctx)
 
 
 @frozen
@@ -358,10 +380,7 @@ class AnyOrderPolicy(_Options):
         if not state.has_masks:
             return None
         commit = state.uncommitted_decoded()  # the first forward: prefill fused with queries
-        masked = state.is_masked.nonzero().flatten()
-        if self.window is not None:  # masked[0] is the frontier
-            masked = masked[masked < masked[0] + self.window]
-        return _causal_plan(state, commit, masked)
+        return _causal_plan(state, commit, _window(state, self.window))
 
     def temperature_at(self, done: int, total: int) -> float:
         if self.final_temperature is None:
@@ -371,30 +390,33 @@ class AnyOrderPolicy(_Options):
 
     def select(
         self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        m = plan.queries.numel()
+    ) -> Picks:
+        m = len(plan.queries)
         if m == 0:
-            return plan.queries, plan.queries
+            return ()
         temperature = self.temperature_at(ctx.n_new - m, ctx.n_new)
+        g = ctx.generator
         if self.order == "random":
-            i = int(torch.randint(m, (1,), generator=ctx.generator))
+            i = torch.randint(m, (1,), generator=g, device=g.device).to(logits.device)
+            row = logits[-m:].index_select(0, i)
             tokens, _ = choose_tokens(
-                logits[-m + i :][:1],
-                mask_id=ctx.mask_id,
-                temperature=temperature,
-                top_p=self.top_p,
-                generator=ctx.generator,
+                row, mask_id=ctx.mask_id, temperature=temperature, top_p=self.top_p, generator=g
             )
-            return plan.queries[i : i + 1], tokens
+            return i, tokens
         tokens, confidence = choose_tokens(
-            logits[-m:],
-            mask_id=ctx.mask_id,
-            temperature=temperature,
-            top_p=self.top_p,
-            generator=ctx.generator,
+            logits[-m:], mask_id=ctx.mask_id, temperature=temperature, top_p=self.top_p, generator=g
         )
         best = confidence.argmax().reshape(1)
-        return plan.queries[best], tokens[best]
+        return best, tokens.index_select(0, best)
+
+    def apply(
+        self, state: DecodeState, plan: Plan, picks: list[list[int]], ctx: DecodeContext
+    ) -> tuple[list[int], int]:
+        if not picks:
+            return [], 0
+        (i,), tokens = picks
+        state.accept([plan.queries[i]], tokens)
+        return [plan.queries[i]], 0
 
 
 @frozen
@@ -425,28 +447,30 @@ class BlockPolicy(_Options):
         commit = state.uncommitted_decoded(below=start)
         # Finished blocks (in the first forward, the prompt's full ones): bidirectional within,
         # causal across, committed with the queries of the block after them.
-        groups = commit // S
-        queries = torch.arange(start, min(start + S, state.canvas.numel()))
-        return Plan(
-            commit, groups, queries, torch.ones(len(queries), len(queries), dtype=torch.bool)
-        )
+        queries = list(range(start, min(start + S, len(state.canvas))))
+        return Plan(commit, [p // S for p in commit], queries, "all")
 
     def select(
         self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        m = plan.queries.numel()
-        if m == 0:
-            return plan.queries, plan.queries
-        masked = state.is_masked[plan.queries]
+    ) -> Picks:
+        m = len(plan.queries)
+        rows = [i for i, q in enumerate(plan.queries) if state.masked[q]]
+        if not rows:
+            return ()
         tokens, confidence = choose_tokens(
-            logits[-m:][masked],
+            _rows(logits[-m:], rows),
             mask_id=ctx.mask_id,
             temperature=self.temperature,
             top_p=self.top_p,
             generator=ctx.generator,
         )
-        keep = accept_confident(confidence, self.threshold)
-        return plan.queries[masked][keep], tokens[keep]
+        return tokens, accept_confident(confidence, self.threshold)
+
+    def apply(
+        self, state: DecodeState, plan: Plan, picks: list[list[int]], ctx: DecodeContext
+    ) -> tuple[list[int], int]:
+        masked = [q for q in plan.queries if state.masked[q]]
+        return _Options.apply(self, state, dataclasses.replace(plan, queries=masked), picks, ctx)
 
 
 @frozen
@@ -488,35 +512,41 @@ class MDLMPolicy(_Options):
     def plan(self, state: DecodeState) -> Plan | None:
         if not state.has_masks:
             return None
-        queries = torch.arange(int(self.shift), state.canvas.numel())
-        empty = torch.empty(0, dtype=torch.long)
-        attend = torch.ones(len(queries), len(queries), dtype=torch.bool)
-        if self.causal_prompt:  # the rule of training, over the positions the queries are fed at
-            fed = queries - int(self.shift)
-            rule = make_prompt_causal_mask_mod(torch.tensor([state.gen_start]))
-            attend = rule(torch.zeros((), dtype=torch.long), 0, fed[:, None], fed[None, :])
-        return Plan(empty, empty, queries, attend)
+        queries = list(range(int(self.shift), len(state.canvas)))
+        if not self.causal_prompt:
+            return Plan([], [], queries, "all")
+        # The rule of training, over the positions the queries are fed at.
+        fed = torch.tensor(queries) - int(self.shift)
+        rule = make_prompt_causal_mask_mod(torch.tensor([state.gen_start]))
+        return Plan([], [], queries, rule(torch.zeros((), dtype=torch.long), 0, fed[:, None], fed))
+
+    def candidates(self, state: DecodeState) -> list[int]:
+        """The masked positions up to the end of the frontier's chunk."""
+        chunk = (state.frontier() - state.gen_start) // self.chunk_size
+        return state.masked_from(state.gen_start, state.gen_start + (chunk + 1) * self.chunk_size)
 
     def select(
         self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        chunk = (state.frontier() - state.gen_start) // self.chunk_size
-        lo = state.gen_start + chunk * self.chunk_size
-        candidates = state.is_masked.nonzero().flatten()
-        candidates = candidates[candidates < lo + self.chunk_size]
+    ) -> Picks:
+        candidates = self.candidates(state)
         tokens, confidence = choose_tokens(
-            logits[candidates - int(plan.queries[0])],
+            _rows(logits, [p - plan.queries[0] for p in candidates]),
             mask_id=ctx.mask_id,
             temperature=self.temperature,
             top_p=self.top_p,
             generator=ctx.generator,
         )
         if self.order == "random":
-            pick = torch.randint(len(candidates), (1,), generator=ctx.generator)
-            confidence = confidence.clone()
-            confidence[pick] = float("inf")
-        keep = accept_confident(confidence, self.threshold)
-        return candidates[keep], tokens[keep]
+            g = ctx.generator
+            pick = torch.randint(len(candidates), (1,), generator=g, device=g.device)
+            confidence = confidence.index_fill(0, pick.to(confidence.device), float("inf"))
+        return tokens, accept_confident(confidence, self.threshold)
+
+    def apply(
+        self, state: DecodeState, plan: Plan, picks: list[list[int]], ctx: DecodeContext
+    ) -> tuple[list[int], int]:
+        candidates = dataclasses.replace(plan, queries=self.candidates(state))
+        return _Options.apply(self, state, candidates, picks, ctx)
 
 
 DecodePolicy = ARPolicy | SetPolicy | AnyOrderPolicy | BlockPolicy | MDLMPolicy

@@ -1,107 +1,157 @@
-"""DecodeState and Plan: what a decoding loop knows between forwards.
+"""DecodeState and Plan: what a decoding loop knows between forwards, held on the host.
 
 The canvas holds the prompt, the slots being generated (``mask_id`` until decoded) and, for
 infilling, a given suffix. Tokens move masked -> decoded (accepted by a policy) -> committed (their
 K/V written by a forward, in commit order, each with a group; see `setdiff.masks.decode_mask`).
+
+The state is plain Python (lists of ints and bools), not tensors: the host needs these values to
+shape every forward, and reading them out of tensors would cost a blocking device-to-host read
+each time once the model lives on a GPU. The only values that come from the device are each
+forward's choices, read once per forward by the loop (`setdiff.sampling.loop`).
 """
 
 from __future__ import annotations
 
+import array
 import dataclasses
 
 import torch
+
+
+def long_tensor(values: list[int]) -> torch.Tensor:
+    """A 1-D long tensor of host ints (a few times faster than ``torch.tensor(values)``: the
+    engine builds several per step)."""
+    if not values:
+        return torch.empty(0, dtype=torch.long)
+    return torch.frombuffer(array.array("q", values), dtype=torch.long)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Plan:
     """One forward: commit these decoded tokens, query these positions."""
 
-    commit: torch.Tensor  # (C,) positions to commit, in commit order
-    groups: torch.Tensor  # (C,) their groups (causal: distinct increasing; block: shared)
-    queries: torch.Tensor  # (M,) positions whose outputs the policy reads
-    query_attend: torch.Tensor  # (M, M) bool, which query sees which query
+    commit: list[int]
+    """Positions to commit, in commit order."""
+    groups: list[int]
+    """Their groups (causal: distinct increasing; block: shared)."""
+    queries: list[int]
+    """Positions whose outputs the policy reads."""
+    query_attend: torch.Tensor | str = "self"
+    """Which query sees which: "self" (each only itself), "all", or an (M, M) bool tensor."""
+
+    def attend_matrix(self) -> torch.Tensor:
+        """`query_attend` as an (M, M) bool tensor."""
+        if isinstance(self.query_attend, torch.Tensor):
+            return self.query_attend
+        m = len(self.queries)
+        if self.query_attend == "all":
+            return torch.ones(m, m, dtype=torch.bool)
+        return torch.eye(m, dtype=torch.bool)
 
 
 @dataclasses.dataclass(slots=True)
 class DecodeState:
-    canvas: torch.Tensor  # (S,) long
-    is_masked: torch.Tensor  # (S,) bool
-    is_committed: torch.Tensor  # (S,) bool
-    gen_start: int  # first generated slot
-    gen_end: int  # one past the last generated slot
-    order: torch.Tensor  # (S,) committed positions in commit order; the first n_committed are set
-    group_of: torch.Tensor  # (S,) their groups
-    n_committed: int = 0
+    canvas: list[int]
+    masked: list[bool]
+    slot: list[int]
+    """Each position's index in commit order (-1: not committed)."""
+    gen_start: int
+    """First generated slot."""
+    gen_end: int
+    """One past the last generated slot."""
+    order: list[int] = dataclasses.field(default_factory=list)
+    """Committed positions, in commit order."""
+    group_of: list[int] = dataclasses.field(default_factory=list)
+    """Their groups."""
+    pending: set[int] = dataclasses.field(default_factory=set)
+    """Positions decoded (or given) and not committed."""
+    n_masked: int = 0
     drafts: int = 0
     """Speculative decoding (``verify=True``, or an AR draft model): the decoded positions just
     left of the frontier that are unverified drafts (see `setdiff.sampling.verify`)."""
     drafts_checked: int = 0
     """Drafts a forward has checked so far; ``drafts_accepted`` of them agreed."""
     drafts_accepted: int = 0
+    _front: int = 0
+    """No position in ``[gen_start, _front)`` is masked (the frontier is at or after it)."""
 
     @classmethod
     def new(cls, prompt: list[int], n_new: int, suffix: list[int], mask_id: int) -> DecodeState:
-        canvas = torch.tensor(prompt + [mask_id] * n_new + suffix, dtype=torch.long)
-        is_masked = torch.zeros(canvas.numel(), dtype=torch.bool)
-        is_masked[len(prompt) : len(prompt) + n_new] = True
+        start, end = len(prompt), len(prompt) + n_new
+        size = end + len(suffix)
         return cls(
-            canvas=canvas,
-            is_masked=is_masked,
-            is_committed=torch.zeros_like(is_masked),
-            gen_start=len(prompt),
-            gen_end=len(prompt) + n_new,
-            order=torch.empty(canvas.numel(), dtype=torch.long),
-            group_of=torch.empty(canvas.numel(), dtype=torch.long),
+            canvas=prompt + [mask_id] * n_new + suffix,
+            masked=[start <= p < end for p in range(size)],
+            slot=[-1] * size,
+            gen_start=start,
+            gen_end=end,
+            pending=set(range(start)) | set(range(end, size)),
+            n_masked=n_new,
+            _front=start,
         )
 
     @property
-    def committed(self) -> torch.Tensor:
-        """(N,) committed positions in commit order."""
-        return self.order[: self.n_committed]
-
-    @property
-    def groups(self) -> torch.Tensor:
-        """(N,) groups of the committed positions."""
-        return self.group_of[: self.n_committed]
+    def n_committed(self) -> int:
+        return len(self.order)
 
     @property
     def next_group(self) -> int:
-        return int(self.group_of[self.n_committed - 1]) + 1 if self.n_committed else 0
+        return self.group_of[-1] + 1 if self.group_of else 0
 
     @property
     def has_masks(self) -> bool:
-        return bool(self.is_masked.any())
+        return self.n_masked > 0
 
     def frontier(self) -> int:
         """Leftmost still-masked position (gen_end when none)."""
-        masked = self.is_masked.nonzero()
-        return int(masked[0]) if masked.numel() else self.gen_end
+        while self._front < self.gen_end and not self.masked[self._front]:
+            self._front += 1
+        return self._front
 
     def verified_end(self) -> int:
         """One past the final decoded prefix: the frontier, less any drafts before it."""
         return self.frontier() - self.drafts
 
-    def uncommitted_decoded(self, below: int | None = None) -> torch.Tensor:
-        """Positions decoded (or given) but not committed, in position order."""
-        ready = ~(self.is_masked | self.is_committed)
-        if below is not None:
-            ready[below:] = False
-        return ready.nonzero().flatten()
+    def masked_from(self, start: int, stop: int) -> list[int]:
+        """Masked positions in ``[start, stop)``, in order."""
+        return [p for p in range(start, min(stop, self.gen_end)) if self.masked[p]]
 
-    def record_commit(self, positions: torch.Tensor, groups: torch.Tensor) -> None:
-        n = positions.numel()
-        self.is_committed[positions] = True
-        self.order[self.n_committed : self.n_committed + n] = positions
-        self.group_of[self.n_committed : self.n_committed + n] = groups
-        self.n_committed += n
+    def uncommitted_decoded(self, below: int | None = None) -> list[int]:
+        """Positions decoded (or given) but not committed, in position order."""
+        ready = sorted(self.pending)
+        return ready if below is None else [p for p in ready if p < below]
+
+    def record_commit(self, positions: list[int], groups: list[int]) -> None:
+        """Commit `positions` with `groups`, which never decrease in commit order (the mask
+        builder, `setdiff.sampling.inputs`, relies on it)."""
+        before = [self.next_group - 1, *groups[:-1]]
+        if groups and not all(a <= b for a, b in zip(before, groups, strict=True)):
+            raise RuntimeError(f"commit groups {groups} decrease after {self.group_of[-1:]}")
+        for i, p in enumerate(positions, start=len(self.order)):
+            self.slot[p] = i
+            self.pending.discard(p)
+        self.order.extend(positions)
+        self.group_of.extend(groups)
 
     def uncommit(self, n: int) -> None:
         """Forget the last `n` commits (drafts a forward committed, then rejected)."""
-        self.is_committed[self.order[self.n_committed - n : self.n_committed]] = False
-        self.n_committed -= n
+        for p in self.order[len(self.order) - n :]:
+            self.slot[p] = -1
+            self.pending.add(p)
+        del self.order[len(self.order) - n :], self.group_of[len(self.group_of) - n :]
 
-    def accept(self, positions: torch.Tensor, tokens: torch.Tensor) -> None:
-        if not bool(self.is_masked[positions].all()):
-            raise RuntimeError(f"policy accepted already-decoded positions {positions.tolist()}")
-        self.canvas[positions] = tokens
-        self.is_masked[positions] = False
+    def accept(self, positions: list[int], tokens: list[int]) -> None:
+        for p, t in zip(positions, tokens, strict=True):
+            if not self.masked[p]:
+                raise RuntimeError(f"policy accepted already-decoded position {p}")
+            self.canvas[p], self.masked[p] = t, False
+            self.pending.add(p)
+        self.n_masked -= len(positions)
+
+    def mask_again(self, positions: list[int], mask_id: int) -> None:
+        """Undo decoded, uncommitted positions (drafts rejected before they were committed)."""
+        for p in positions:
+            self.canvas[p], self.masked[p] = mask_id, True
+            self.pending.discard(p)
+        self.n_masked += len(positions)
+        self._front = min([self._front, *positions])

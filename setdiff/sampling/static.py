@@ -4,7 +4,7 @@ A decoding forward's shape changes every step (the committed tokens, the queries
 length), so a compiler would trace a new graph each time. `StaticStep` fixes it: every forward
 after the first feeds exactly ``policy.max_step(n_new)`` inputs (the real ones, then padding
 rows that see only their own key and whose outputs and keys are dropped), attends over every
-slot of a `StaticKVCache` (the mask hides the slots past the committed and staged entries) and
+slot of a static `KVCache` (the mask hides the slots past the committed and staged entries) and
 stages at slot indices held in a tensor. That one shape runs through ``torch.compile``: one graph
 per model, step size and `STATIC_BUCKET` of cache slots; on CUDA in ``reduce-overhead`` mode,
 i.e. replayed as a CUDA graph, with the cache's buffers marked static so the graph may write
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from setdiff.kv_cache import StaticKVCache
+from setdiff.kv_cache import KVCache
 
 if TYPE_CHECKING:
     from setdiff.model import Transformer
@@ -46,10 +46,10 @@ def compiled_forward(net: Transformer) -> Any:
 
 
 class StaticStep:
-    """Runs a decode's forwards over a `StaticKVCache`, each step padded to `n_inputs` inputs
-    and compiled."""
+    """Runs a decode's forwards over a static `KVCache` of one row, each step padded to
+    `n_inputs` inputs and compiled."""
 
-    def __init__(self, net: Transformer, cache: StaticKVCache, n_inputs: int, pad_id: int):
+    def __init__(self, net: Transformer, cache: KVCache, n_inputs: int, pad_id: int):
         self.net, self.cache, self.n_inputs, self.pad_id = net, cache, n_inputs, pad_id
         self.device = cache.k_NBGCE.device
         self.compiled = compiled_forward(net)
@@ -58,19 +58,19 @@ class StaticStep:
             torch._dynamo.mark_static_address(cache.v_NBGCE)
 
     def __call__(
-        self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor
+        self, tokens_BT: torch.Tensor, positions_BT: torch.Tensor, mask_BTK: torch.Tensor | None
     ) -> torch.Tensor:
-        """Logits (T, V) of the real inputs, from `forward_inputs`' tokens (T,), positions (T,)
-        and mask (T, cache length + T), room made for the T inputs (the padding goes to the
-        cache's slack)."""
-        n, n_cached = tokens.numel(), self.cache.length
+        """Logits (1, T, V) of the real inputs, from one row's `batch_inputs` (tokens, positions
+        (1, T), mask (1, T, cache length + T) or None for all True), room made for the T inputs
+        (the padding goes to the cache's slack)."""
+        n, n_cached = tokens_BT.shape[1], self.cache.length
         total = max(n, self.n_inputs)
         full = torch.zeros(total, self.cache.slot_count, dtype=torch.bool)
-        full[:n, : n_cached + n] = mask
+        full[:n, : n_cached + n] = True if mask_BTK is None else mask_BTK[0]
         pad = torch.arange(n, total)
         full[pad, n_cached + pad] = True  # a padding row sees only its own key
-        tokens = torch.cat((tokens, tokens.new_full((total - n,), self.pad_id)))
-        positions = torch.cat((positions, positions.new_zeros(total - n)))
+        tokens = torch.cat((tokens_BT[0], tokens_BT.new_full((total - n,), self.pad_id)))
+        positions = torch.cat((positions_BT[0], positions_BT.new_zeros(total - n)))
         self.cache.prepare(total)
         forward = self.compiled if total == self.n_inputs else self.net
         logits = forward(
@@ -79,4 +79,4 @@ class StaticStep:
             full[None, None].to(self.device),
             self.cache,
         )
-        return logits[0, :n]
+        return logits[:, :n]

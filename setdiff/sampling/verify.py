@@ -42,49 +42,67 @@ def draft(
     return choose_tokens(logits_MV, mask_id=mask_id)[0]
 
 
-def advance(
+def _targets(state: DecodeState) -> range:
+    """The positions a forward verifies at most: the drafts and the one after them."""
+    start = state.verified_end()  # the first draft; start - 1 is verified, committed just now
+    return range(start, min(start + state.drafts + 1, state.gen_end))
+
+
+def select(
+    state: DecodeState, plan: Plan, logits: torch.Tensor, mask_id: int, *, from_queries: bool
+) -> tuple[torch.Tensor, ...]:
+    """One forward's picks (rows: `plan`'s committed tokens, then its queries): the greedy
+    prediction of every target (`_targets`) and, `from_queries`, the next drafts from the
+    queries after the first (used when every draft agrees)."""
+    n_draft, n_commit, m = state.drafts, len(plan.commit), len(plan.queries)
+    # Row of position q (predicting q + 1): the commit is [last verified, drafts...]; without
+    # drafts the frontier's query, or (no queries: AR) the last committed row.
+    first = n_commit - n_draft - 1 if n_draft or not m else n_commit
+    rows = torch.arange(len(_targets(state)), device=logits.device) + first
+    greedy = choose_tokens(logits.index_select(0, rows), mask_id=mask_id)[0]
+    if not (from_queries and m > 1):
+        return (greedy,)
+    positions = torch.tensor(plan.queries[1:], device=logits.device)
+    return greedy, draft(state, positions, logits[-(m - 1) :], mask_id)
+
+
+def apply(
     state: DecodeState,
     plan: Plan,
-    logits: torch.Tensor,
+    picks: list[list[int]],
     mask_id: int,
-    propose: Callable[[DecodeState], torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, int]:
-    """Apply one forward (rows: `plan`'s committed tokens, then its queries) to `state`.
+    propose: Callable[[DecodeState], list[int]] | None = None,
+) -> tuple[list[int], int]:
+    """Apply one forward's `picks` (`select`'s, read as lists) to `state`.
 
     `propose(state)`: the next drafts, for the positions from ``state.verified_end()`` on (an
     external draft model; called after every forward); None = the queries draft.
     Returns the positions it verified, in order, and how many of its commits were rejected
     (un-committed here; the caller drops that many entries from the end of its cache)."""
-    n_draft, n_commit = state.drafts, plan.commit.numel()
-    start = state.verified_end()  # the first draft; start - 1 is verified, committed just now
-    targets = torch.arange(start, min(start + n_draft + 1, state.gen_end))
-    # Row of position q (predicting q + 1): the commit is [last verified, drafts...]; without
-    # drafts the frontier's query, or (no queries: AR) the last committed row.
-    first = n_commit - n_draft - 1 if n_draft or not plan.queries.numel() else n_commit
-    rows = torch.arange(len(targets)) + first
-    greedy = choose_tokens(logits[rows], mask_id=mask_id)[0]
-    agree = (greedy[:n_draft] == state.canvas[start : start + n_draft]).cumprod(0)
-    n_ok = int(agree.sum())
+    greedy = picks[0]
+    n_draft, targets = state.drafts, _targets(state)
+    start = targets.start
+    n_ok = 0
+    while n_ok < n_draft and greedy[n_ok] == state.canvas[start + n_ok]:
+        n_ok += 1
     state.drafts = 0
     state.drafts_checked += n_draft
     state.drafts_accepted += n_ok
-    verified = targets[: n_ok + 1]
+    verified = list(targets[: n_ok + 1])
     if n_ok < n_draft:  # reject the drafts from r = start + n_ok on
-        r, n_drop = start + n_ok, n_draft - n_ok
+        r = start + n_ok
+        state.uncommit(n_draft - n_ok)
         state.canvas[r] = greedy[n_ok]
-        state.canvas[r + 1 : start + n_draft] = mask_id
-        state.is_masked[r + 1 : start + n_draft] = True
-        state.uncommit(n_drop)
+        state.mask_again(list(range(r + 1, start + n_draft)), mask_id)
     elif n_ok < len(targets):  # the bonus: the prediction after the last draft
-        state.accept(targets[n_ok:], greedy[n_ok:])
+        state.accept(list(targets[n_ok:]), greedy[n_ok:])
     if propose is not None:  # the draft model, on the verified prefix
         tokens = propose(state)
-        positions = torch.arange(tokens.numel()) + state.verified_end()
-    elif n_ok == n_draft and plan.queries.numel() > 1:  # the first query is the bonus position
-        positions = plan.queries[1:]
-        tokens = draft(state, positions, logits[-positions.numel() :], mask_id)
+        positions = list(range(state.verified_end(), state.verified_end() + len(tokens)))
+    elif n_ok == n_draft and len(picks) > 1:  # the first query is the bonus position
+        positions, tokens = plan.queries[1:], picks[1]
     else:  # this forward's queries saw a rejected draft
         return verified, n_draft - n_ok
     state.accept(positions, tokens)
-    state.drafts = tokens.numel()
+    state.drafts = len(tokens)
     return verified, n_draft - n_ok

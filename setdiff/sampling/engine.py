@@ -1,0 +1,247 @@
+"""The decode engine: plan -> forward -> select -> one read -> apply -> stop?, for every row of a
+batch at once. `generate` is a batch of one row, `generate_batch` a batch of many.
+
+Each row (`Lane`) has its own `DecodeState` (window, accepted set, commit order), generator and
+stop. Per step, every row still decoding plans its forward; the plans are padded to the longest
+one and run as one forward with a per-row mask (`setdiff.sampling.inputs`), and every row's
+policy selects from its own logits, on the model's device. The choices of every row are then read
+to the host in one transfer (`read_picks`): the step's only blocking read of device values, however
+many rows. Rows that finish leave the batch (their cache rows are dropped). So each row decodes
+exactly the forwards it would decode alone, in the same order, with the same generator draws.
+
+With a cache, rows commit different numbers of entries per forward: the `KVCache` stages each
+row's inputs at its own offset. ``compile_step`` (one row) runs the same loop with its forwards
+through a `setdiff.sampling.static.StaticStep` over a static cache. Without a cache every
+forward feeds every committed token again (full recomputation with the same mask rules), which
+must give the same logits: the tests hold the cache to that. NFE counts real forward calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import TYPE_CHECKING
+
+import torch
+
+from setdiff.sampling.inputs import batch_inputs
+from setdiff.sampling.policies import DecodeContext, DecodePolicy
+from setdiff.sampling.state import DecodeState, Plan
+
+if TYPE_CHECKING:
+    from setdiff.kv_cache import KVCache
+    from setdiff.model import Transformer
+    from setdiff.sampling.static import StaticStep
+    from setdiff.tokenizer import Tokenizer
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GenerateResult:
+    tokens: list[int]
+    """New token ids, up to and including the stop token when one fired."""
+    nfe: int
+    """Model forward calls actually made (prefill included)."""
+    steps: list[list[int]]
+    """Canvas positions decoded by each forward, in order (each generated position once)."""
+    stopped: bool
+    """True when a stop token ended decoding early."""
+    forward_seconds: float
+    """Wall time spent inside model forward calls (batched: the forwards the row took part in,
+    shared with the other rows of those forwards)."""
+    cache_length: int = 0
+    """Committed KV-cache entries at the end (0 without a cache)."""
+    logits: list[torch.Tensor] | None = None
+    """With ``trace_logits=True``: each forward's logits for its committed then queried rows."""
+    drafts: tuple[int, int] = (0, 0)
+    """With ``verify=True`` or a ``draft`` model: drafts checked and drafts accepted (the
+    acceptance rate's terms)."""
+    draft_nfe: int = 0
+    """With a ``draft`` model: its forward calls (`nfe` counts the main model's only)."""
+    draft_seconds: float = 0.0
+    """With a ``draft`` model: wall time inside its forward calls."""
+
+
+class Stopper:
+    """Finds the first stop (token id or string) in the decoded prefix, checking new tokens only."""
+
+    def __init__(
+        self, ids: set[int], strings: tuple[str, ...], tokenizer: Tokenizer | None
+    ) -> None:
+        self.ids, self.strings, self.tokenizer = ids, strings, tokenizer
+        self.checked = 0  # generated tokens already scanned for stop ids
+        self.active = bool(ids or strings)
+
+    def find(self, state: DecodeState) -> int | None:
+        """Canvas position of the token that completes the first stop, or None."""
+        prefix = state.canvas[state.gen_start : state.verified_end()]
+        for i in range(self.checked, len(prefix)):
+            if prefix[i] in self.ids:
+                return state.gen_start + i
+        if self.strings and len(prefix) > self.checked:
+            assert self.tokenizer is not None  # refused before any compute otherwise
+            text = self.tokenizer.decode(prefix)
+            if any(s in text for s in self.strings):
+                for i in range(self.checked, len(prefix)):
+                    head = self.tokenizer.decode(prefix[: i + 1])
+                    if any(s in head for s in self.strings):
+                        return state.gen_start + i
+        self.checked = len(prefix)
+        return None
+
+
+@dataclasses.dataclass(slots=True)
+class Lane:
+    """One row of the batch and what it has decoded so far."""
+
+    state: DecodeState
+    ctx: DecodeContext
+    stopper: Stopper
+    nfe: int = 0
+    forward_seconds: float = 0.0
+    steps: list[list[int]] = dataclasses.field(default_factory=list)
+    traced: list[torch.Tensor] = dataclasses.field(default_factory=list)
+    stop_at: int | None = None
+    cache_length: int = 0
+    result: GenerateResult | None = None
+
+
+def run(
+    net: Transformer,
+    policy: DecodePolicy,
+    lanes: list[Lane],
+    cache: KVCache | None,
+    trace_logits: bool,
+    step: StaticStep | None = None,
+) -> None:
+    """Decode every lane to its end; each lane's `result` is set when it leaves. `step`: the
+    forwards of one lane through a `StaticStep` (over `cache`)."""
+    device = next(net.parameters()).device
+    active = list(lanes)  # row r of the cache belongs to active[r]
+    while active:
+        plans = [policy.plan(lane.state) for lane in active]
+        done = [r for r, plan in enumerate(plans) if plan is None]
+        if done:
+            keep = _leave(active, done, cache, trace_logits)
+            active, plans = [active[r] for r in keep], [plans[r] for r in keep]
+            if not active:
+                break
+        ready: list[Plan] = plans  # type: ignore[assignment]  # the finished rows have left
+        for lane, plan in zip(active, ready, strict=True):
+            lane.state.record_commit(plan.commit, plan.groups)
+        tic = time.perf_counter()
+        logits = _forward(net, [lane.state for lane in active], ready, cache, device, policy, step)
+        seconds = time.perf_counter() - tic
+        picks = read_picks(
+            [
+                policy.select(lane.state, plan, rows, lane.ctx)
+                for lane, plan, rows in zip(active, ready, logits, strict=True)
+            ]
+        )
+        stopped = []
+        for r, (lane, plan) in enumerate(zip(active, ready, strict=True)):
+            lane.nfe += 1
+            lane.forward_seconds += seconds
+            if trace_logits:
+                lane.traced.append(logits[r])
+            positions, n_rejected = policy.apply(lane.state, plan, picks[r], lane.ctx)
+            if cache is not None:
+                if n_rejected:  # rejected drafts: as if never committed
+                    cache.crop(cache.lengths[r] - n_rejected, r)
+                lane.cache_length = cache.lengths[r]
+            if positions:
+                lane.steps.append(positions)
+            if lane.stopper.active and (stop := lane.stopper.find(lane.state)) is not None:
+                lane.stop_at = stop
+                stopped.append(r)
+        if stopped:
+            active = [active[r] for r in _leave(active, stopped, cache, trace_logits)]
+
+
+def read_picks(picks: list[tuple[torch.Tensor, ...]]) -> list[list[list[int]]]:
+    """Every row's picks (1-D tensors) as lists of ints, read to the host in one transfer."""
+    flat = [t for row in picks for t in row]
+    if not flat:
+        return [[] for _ in picks]
+    values = torch.cat(flat).tolist()  # the step's one read (bools promote to ints)
+    out, at = [], 0
+    for row in picks:
+        lists = []
+        for t in row:
+            n = t.numel()
+            lists.append(values[at : at + n])
+            at += n
+        out.append(lists)
+    return out
+
+
+def _forward(
+    net: Transformer,
+    states: list[DecodeState],
+    plans: list[Plan],
+    cache: KVCache | None,
+    device: torch.device,
+    policy: DecodePolicy,
+    step: StaticStep | None,
+) -> list[torch.Tensor]:
+    """One batched forward; per row, the logits (C_b + M_b, V) of its committed tokens then
+    queries, on the model's device. Each state has already recorded its plan's commit."""
+    offsets = None
+    if cache is not None:
+        for r, plan in enumerate(plans):
+            cache.make_room(len(plan.commit) + len(plan.queries), r)
+        offsets = list(cache.lengths)
+    inputs = batch_inputs(states, plans, offsets, shift=policy.shift)
+    if step is not None:
+        logits = step(inputs.tokens, inputs.positions, inputs.mask)
+    else:
+        if cache is not None:
+            cache.prepare(inputs.tokens.shape[1])
+        mask = None if inputs.mask is None else inputs.mask.to(device)
+        logits = net(inputs.tokens.to(device), inputs.positions.to(device), mask, cache)
+    if cache is not None:
+        for r, plan in enumerate(plans):
+            cache.commit(plan.commit, r)
+        cache.end_forward()
+    return [logits[r, start:end] for r, (start, end) in enumerate(inputs.outputs)]
+
+
+def _leave(
+    active: list[Lane], gone: list[int], cache: KVCache | None, trace_logits: bool
+) -> list[int]:
+    """Finish the lanes at rows `gone`; the rows that stay, in their new order.
+
+    Each hole is filled with a staying row from the end of the batch, so the cache copies only
+    those rows (`KVCache.keep_rows`), not the whole batch; the order of the rows does not
+    change what any row decodes."""
+    for r in gone:
+        _finish(active[r], trace_logits)
+    keep = fill_holes(len(active), gone)
+    if cache is not None and keep:
+        cache.keep_rows(keep)
+    return keep
+
+
+def fill_holes(n: int, gone: list[int]) -> list[int]:
+    """The rows of `range(n)` not in `gone`: those below ``n - len(gone)`` in place, the rest
+    moved into the holes (``fill_holes(5, [1]) == [0, 4, 2, 3]``)."""
+    gone_set = set(gone)
+    n_keep = n - len(gone_set)
+    movers = iter(r for r in range(n_keep, n) if r not in gone_set)
+    return [next(movers) if r in gone_set else r for r in range(n_keep)]
+
+
+def _finish(lane: Lane, trace_logits: bool) -> None:
+    state, drafter = lane.state, lane.ctx.drafter
+    end = state.gen_end if lane.stop_at is None else lane.stop_at + 1
+    lane.result = GenerateResult(
+        tokens=state.canvas[state.gen_start : end],
+        nfe=lane.nfe,
+        steps=lane.steps,
+        stopped=lane.stop_at is not None,
+        forward_seconds=lane.forward_seconds,
+        cache_length=lane.cache_length,
+        logits=[t.cpu() for t in lane.traced] if trace_logits else None,
+        drafts=(state.drafts_checked, state.drafts_accepted),
+        draft_nfe=getattr(drafter, "nfe", 0),
+        draft_seconds=getattr(drafter, "seconds", 0.0),
+    )
