@@ -366,10 +366,12 @@ def _row_inputs(
     n = state.n_committed
     n_fed = n if n_cached is None else len(plan.commit)
     n_keys = n if n_cached is None else n_cached + n_fed
-    mask = decode_mask(torch.tensor(state.group_of[n - n_keys : n]), n_fed, plan.attend_matrix())
+    m, attend = len(plan.queries), plan.query_attend
+    if not isinstance(attend, torch.Tensor):  # "self" or "all"
+        attend = torch.eye(m, dtype=torch.bool) if attend == "self" else torch.ones(m, m).bool()
+    mask = decode_mask(torch.tensor(state.group_of[n - n_keys : n]), n_fed, attend)
     queries = [max(q - 1, 0) for q in plan.queries] if shift else list(plan.queries)
     positions = state.order[n - n_fed : n] + queries
-    m = len(queries)
     if shift and m:
         keys = torch.tensor(state.order[n - n_keys : n])
         mask[n_fed:, :n_keys] &= keys != (torch.tensor(plan.queries) - 1)[:, None]

@@ -1,1 +1,2 @@
-"""Decoding: one loop, pluggable per-paradigm policies, pure logits helpers."""
+"""Decoding: one engine for one prompt or a batch, pluggable per-paradigm policies, pure logits
+helpers."""

@@ -129,20 +129,17 @@ def run(
         for lane, plan in zip(active, ready, strict=True):
             lane.state.record_commit(plan.commit, plan.groups)
         tic = time.perf_counter()
-        logits = _forward(net, [lane.state for lane in active], ready, cache, device, policy, step)
+        states = [lane.state for lane in active]
+        logits_BTV, spans = _forward(net, states, ready, cache, device, policy, step)
         seconds = time.perf_counter() - tic
-        picks = read_picks(
-            [
-                policy.select(lane.state, plan, rows, lane.ctx)
-                for lane, plan, rows in zip(active, ready, logits, strict=True)
-            ]
-        )
+        ctxs = [lane.ctx for lane in active]
+        picks = read_picks(policy.select_rows(states, ready, logits_BTV, spans, ctxs))
         stopped = []
         for r, (lane, plan) in enumerate(zip(active, ready, strict=True)):
             lane.nfe += 1
             lane.forward_seconds += seconds
             if trace_logits:
-                lane.traced.append(logits[r])
+                lane.traced.append(logits_BTV[r, spans[r][0] : spans[r][1]])
             positions, n_rejected = policy.apply(lane.state, plan, picks[r], lane.ctx)
             if cache is not None:
                 if n_rejected:  # rejected drafts: as if never committed
@@ -182,9 +179,10 @@ def _forward(
     device: torch.device,
     policy: DecodePolicy,
     step: StaticStep | None,
-) -> list[torch.Tensor]:
-    """One batched forward; per row, the logits (C_b + M_b, V) of its committed tokens then
-    queries, on the model's device. Each state has already recorded its plan's commit."""
+) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+    """One batched forward: its logits (B, T, V), on the model's device, and each row's span
+    of them, the rows of its committed tokens then queries. Each state has already recorded its
+    plan's commit."""
     offsets = None
     if cache is not None:
         for r, plan in enumerate(plans):
@@ -196,13 +194,17 @@ def _forward(
     else:
         if cache is not None:
             cache.prepare(inputs.tokens.shape[1])
-        mask = None if inputs.mask is None else inputs.mask.to(device)
-        logits = net(inputs.tokens.to(device), inputs.positions.to(device), mask, cache)
+        mask = None if inputs.mask is None else _to(inputs.mask, device)
+        logits = net(_to(inputs.tokens, device), _to(inputs.positions, device), mask, cache)
     if cache is not None:
         for r, plan in enumerate(plans):
             cache.commit(plan.commit, r)
         cache.end_forward()
-    return [logits[r, start:end] for r, (start, end) in enumerate(inputs.outputs)]
+    return logits, inputs.outputs
+
+
+def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return tensor if tensor.device == device else tensor.to(device)
 
 
 def _leave(

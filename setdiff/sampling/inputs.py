@@ -138,6 +138,8 @@ def _mask(
     for r, n_f, n_k, attend in given:
         mask_BTK[r, n_f : n_f + attend.shape[0], n_k : n_k + attend.shape[0]] = attend
     if points:
-        r, t, k, value = long_tensor([v for p in points for v in p]).view(-1, 4).T
+        r, t, k, value = long_tensor(
+            [v for column in zip(*points, strict=True) for v in column]
+        ).view(4, -1)
         mask_BTK.index_put_((r, t, k), value.bool())
     return mask_BTK

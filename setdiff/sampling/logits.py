@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from setdiff.sampling.state import long_tensor
+
 
 def choose_tokens(
     logits_MV: torch.Tensor,
@@ -22,7 +24,7 @@ def choose_tokens(
     Returns:
         tokens (M,) long and confidence (M,) float = probability of the chosen token.
     """
-    logits = logits_MV.float().clone()
+    logits = (logits_MV if logits_MV.dtype == torch.float32 else logits_MV.float()).clone()
     logits.narrow(-1, mask_id, 1).fill_(float("-inf"))
     if temperature == 0.0:
         probs = torch.softmax(logits, dim=-1)
@@ -54,3 +56,26 @@ def accept_confident(confidence_M: torch.Tensor, threshold: float | None) -> tor
         else confidence_M >= threshold
     )
     return keep.scatter(0, confidence_M.argmax().reshape(1), True)
+
+
+def greedy_rows(
+    logits_BTV: torch.Tensor, rows: list[list[int]], mask_id: int, threshold: float | None
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Greedy tokens and accept masks (`accept_confident`) of many rows at once, in a fixed
+    number of ops: row b reads its logits rows ``logits_BTV[b, rows[b]]``; returns per row its
+    (tokens, keep) views, as ``choose_tokens`` and ``accept_confident`` give them row by row."""
+    B, T, V = logits_BTV.shape
+    sizes = [len(r) for r in rows]
+    M, N = max(sizes), sum(sizes)
+    at = [b * T + t for b, r in enumerate(rows) for t in r]
+    slots = [b * M + j for b, n in enumerate(sizes) for j in range(n)]
+    index = long_tensor(at + slots).to(logits_BTV.device)
+    at_N, slots_N = index[:N], index[N:]
+    tokens, confidence = choose_tokens(logits_BTV.reshape(B * T, V)[at_N], mask_id=mask_id)
+    conf_BM = confidence.new_full((B * M,), -1.0).index_copy(0, slots_N, confidence).view(B, M)
+    keep_BM = (
+        torch.zeros_like(conf_BM, dtype=torch.bool) if threshold is None else conf_BM >= threshold
+    )
+    keep_BM = keep_BM.scatter(1, conf_BM.argmax(1, keepdim=True), True)
+    keep = keep_BM.view(-1)[slots_N]
+    return list(zip(tokens.split(sizes), keep.split(sizes), strict=True))

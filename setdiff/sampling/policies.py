@@ -1,12 +1,13 @@
 """Decoding policies: which tokens each forward commits and queries, and which it accepts.
 
-One policy per paradigm's sampler; the loop in `setdiff.sampling.loop` is shared. A policy is a
-frozen record of its options with these methods:
+One policy per paradigm's sampler; the engine in `setdiff.sampling.engine` is shared. A policy
+is a frozen record of its options with these methods:
 - ``plan(state) -> Plan | None``: the next forward (None = done);
 - ``select(state, plan, logits, ctx) -> picks``: that forward's choices, as tensors on the
-  logits' device (tokens, accept masks, indices), computed without reading anything back;
+  logits' device (tokens, accept masks, indices), computed without reading anything back
+  (``select_rows``: every row of a batched forward; greedy AR and setdlm choose them all at once);
 - ``apply(state, plan, picks, ctx) -> (positions, n_rejected)``: applies the picks to the state,
-  read to the host as lists of ints (the loop reads every row's picks of a forward at once: one
+  read to the host as lists of ints (the engine reads every row's picks of a forward at once: one
   read per forward); only verify's rejected drafts give ``n_rejected > 0``, cache entries to
   drop.
 
@@ -44,7 +45,7 @@ import torch
 
 from setdiff.config import check, frozen
 from setdiff.masks import make_prompt_causal_mask_mod
-from setdiff.sampling.logits import accept_confident, choose_tokens
+from setdiff.sampling.logits import accept_confident, choose_tokens, greedy_rows
 from setdiff.sampling.state import DecodeState, Plan
 from setdiff.sampling.verify import apply as verify_apply
 from setdiff.sampling.verify import select as verify_select
@@ -168,6 +169,33 @@ class _Options:
             parsed["threshold"] = parse_threshold(parsed["threshold"])
         return cls(**parsed, **fixed)
 
+    def select_rows(
+        self,
+        states: list[DecodeState],
+        plans: list[Plan],
+        logits_BTV: torch.Tensor,
+        spans: list[tuple[int, int]],
+        ctxs: list[DecodeContext],
+    ) -> list[Picks]:
+        """Every row's picks from one batched forward (row b's logits: ``logits_BTV[b, start:end]``
+        for its span): all at once where `rows_at_once` says how (greedy tokens and accept masks
+        of those rows of each row's span), else row by row."""
+        rows = self.rows_at_once(plans, spans) if len(states) > 1 else []
+        if rows:
+            threshold = getattr(self, "threshold", None)
+            return greedy_rows(logits_BTV, rows, ctxs[0].mask_id, threshold)  # type: ignore[return-value]
+        return [
+            self.select(state, plan, logits_BTV[b, start:end], ctx)  # type: ignore[attr-defined]
+            for b, (state, plan, (start, end), ctx) in enumerate(
+                zip(states, plans, spans, ctxs, strict=True)
+            )
+        ]
+
+    def rows_at_once(self, plans: list[Plan], spans: list[tuple[int, int]]) -> list[list[int]]:
+        """Per row, the logits rows (in `spans`) whose greedy tokens and accept mask are its picks,
+        for a policy that can choose every row at once; [] = row by row."""
+        return []
+
     def apply(
         self, state: DecodeState, plan: Plan, picks: list[list[int]], ctx: DecodeContext
     ) -> tuple[list[int], int]:
@@ -235,6 +263,9 @@ class ARPolicy(_Options):
             generator=ctx.generator,
         )
         return (tokens,)
+
+    def rows_at_once(self, plans: list[Plan], spans: list[tuple[int, int]]) -> list[list[int]]:
+        return [] if self.draft_tokens or self.temperature else [[end - 1] for _, end in spans]
 
     def apply(
         self, state: DecodeState, plan: Plan, picks: list[list[int]], ctx: DecodeContext
@@ -331,6 +362,12 @@ class SetPolicy(_Options):
             generator=ctx.generator,
         )
         return tokens, accept_confident(confidence, self.threshold)
+
+    def rows_at_once(self, plans: list[Plan], spans: list[tuple[int, int]]) -> list[list[int]]:
+        if self.verify or self.temperature:
+            return []
+        ends = [end for _, end in spans]
+        return [list(range(end - len(p.queries), end)) for p, end in zip(plans, ends, strict=True)]
 
     def apply(
         self, state: DecodeState, plan: Plan, picks: list[list[int]], ctx: DecodeContext

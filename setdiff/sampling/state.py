@@ -7,7 +7,7 @@ K/V written by a forward, in commit order, each with a group; see `setdiff.masks
 The state is plain Python (lists of ints and bools), not tensors: the host needs these values to
 shape every forward, and reading them out of tensors would cost a blocking device-to-host read
 each time once the model lives on a GPU. The only values that come from the device are each
-forward's choices, read once per forward by the loop (`setdiff.sampling.loop`).
+forward's choices, read once per forward by the engine (`setdiff.sampling.engine`).
 """
 
 from __future__ import annotations
@@ -38,15 +38,6 @@ class Plan:
     """Positions whose outputs the policy reads."""
     query_attend: torch.Tensor | str = "self"
     """Which query sees which: "self" (each only itself), "all", or an (M, M) bool tensor."""
-
-    def attend_matrix(self) -> torch.Tensor:
-        """`query_attend` as an (M, M) bool tensor."""
-        if isinstance(self.query_attend, torch.Tensor):
-            return self.query_attend
-        m = len(self.queries)
-        if self.query_attend == "all":
-            return torch.ones(m, m, dtype=torch.bool)
-        return torch.eye(m, dtype=torch.bool)
 
 
 @dataclasses.dataclass(slots=True)
