@@ -3,6 +3,9 @@ stand-in model, and at most one host read per decode step."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -13,7 +16,9 @@ from setdiff.bench.host import (
     StandIn,
     count_host_reads,
     decode,
+    host_ops_per_step,
     host_reads_per_step,
+    main,
 )
 from setdiff.model import Transformer
 
@@ -62,3 +67,22 @@ def test_at_most_one_host_read_per_step(net: Transformer, name: str, batch: int)
     plans, inputs and stops come from the host's own state (one-engine issue)."""
     with torch.inference_mode():
         assert host_reads_per_step(net, name, batch, new_tokens=24) <= 1
+
+
+@pytest.mark.parametrize("name", list(DECODES))
+def test_a_batched_step_dispatches_about_as_many_ops_as_one_row(name: str) -> None:
+    """Greedy rows are chosen all at once and the inputs built for the whole batch: a step of 16
+    rows dispatches a few more tensor ops than a step of one, not 16 times as many."""
+    with torch.inference_mode():
+        one, sixteen = host_ops_per_step(name, 1, 24), host_ops_per_step(name, 16, 24)
+    assert sixteen < 3 * one
+
+
+def test_the_bench_writes_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "host.json"
+    main(["--out", str(out), "--repeats", "1", "--new-tokens", "6"])
+    figures = json.loads(out.read_text())
+    keys = {"ar_b1", "ar_b16", "setdlm_b1", "setdlm_b16"}
+    for figure in ("host_seconds_per_step", "host_reads_per_step", "host_ops_per_step"):
+        assert set(figures[figure]) == keys and all(v > 0 for v in figures[figure].values())
+    assert figures["regime"]["new_tokens"] == 6

@@ -12,7 +12,9 @@ lives on the device. Two figures bound how fast a GPU can decode, whatever its s
   returns fixed logits instantly (its forward costs a table lookup), so all that is left is the
   engine's host work;
 - ``host_reads_per_step``: host reads of tensor values per forward, counted by `HostReads` while
-  decoding with a real (tiny) model on CPU.
+  decoding with a real (tiny) model on CPU;
+- ``host_ops_per_step``: tensor ops dispatched per forward with `StandIn` (its own two included),
+  counted by `OpCount`: on a GPU each is at least a kernel launch or a dispatch on the host.
 
 Both for AR and setdlm (W = 4, threshold 0.9, shifted queries: the default preset's decode), at
 batch 1 (`generate`) and batch 16 (`generate_batch`; per batched forward), with a stop id active
@@ -114,6 +116,25 @@ class HostReads(TorchDispatchMode):
                 setattr(torch.Tensor, name, original)
 
 
+class OpCount(TorchDispatchMode):
+    """Counts every tensor op dispatched while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def host_ops_per_step(name: str, batch: int, new_tokens: int) -> float:
+    counter = OpCount()
+    with counter:
+        calls = decode(StandIn(CONFIG).eval(), name, batch, new_tokens)
+    return counter.count / calls
+
+
 def count_host_reads(fn: Callable[[], Any]) -> int:
     """Host reads of tensor values made by ``fn()``."""
     counter = HostReads()
@@ -172,7 +193,11 @@ def host_reads_per_step(net: torch.nn.Module, name: str, batch: int, new_tokens:
 def bench_host(repeats: int, new_tokens: int) -> dict[str, Any]:
     torch.manual_seed(0)
     net = Transformer(CONFIG).eval()
-    out: dict[str, Any] = {"host_seconds_per_step": {}, "host_reads_per_step": {}}
+    out: dict[str, Any] = {
+        "host_seconds_per_step": {},
+        "host_reads_per_step": {},
+        "host_ops_per_step": {},
+    }
     for name in DECODES:
         for batch in (1, 16):
             key = f"{name}_b{batch}"
@@ -180,6 +205,7 @@ def bench_host(repeats: int, new_tokens: int) -> dict[str, Any]:
                 name, batch, new_tokens, repeats
             )
             out["host_reads_per_step"][key] = host_reads_per_step(net, name, batch, new_tokens)
+            out["host_ops_per_step"][key] = host_ops_per_step(name, batch, new_tokens)
     return out
 
 
