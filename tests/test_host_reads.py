@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -12,15 +13,22 @@ import torch
 from setdiff.bench.host import (
     CONFIG,
     DECODES,
+    MASK_ID,
+    STOP_ID,
     HostReads,
     StandIn,
+    _Counting,
     count_host_reads,
     decode,
     host_ops_per_step,
     host_reads_per_step,
     main,
+    prompts,
 )
 from setdiff.model import Transformer
+from setdiff.paradigm import AOGPTConfig, BD3LMConfig, MDLMConfig, SetDLMConfig, make_paradigm
+from setdiff.sampling.batch import generate_batch
+from setdiff.sampling.loop import generate
 
 
 def test_counter_counts_each_kind_of_host_read() -> None:
@@ -86,3 +94,36 @@ def test_the_bench_writes_its_figures(tmp_path: Path) -> None:
     for figure in ("host_seconds_per_step", "host_reads_per_step", "host_ops_per_step"):
         assert set(figures[figure]) == keys and all(v > 0 for v in figures[figure].values())
     assert figures["regime"]["new_tokens"] == 6
+
+
+OTHER_DECODES: dict[str, tuple[str, Any, dict[str, Any]]] = {
+    "bd3lm": ("bd3lm", BD3LMConfig(shift=True), {"threshold": 0.9}),
+    "mdlm": ("mdlm", MDLMConfig(shift=True, causal_prompt=True), {"chunk_size": 4}),
+    "aogpt": ("aogpt", AOGPTConfig(shift=True), {"order": "confidence", "window": 1}),
+    "aogpt_random": ("aogpt", AOGPTConfig(shift=True), {"order": "random", "temperature": 1.0}),
+    "setdlm_verify": ("setdlm", SetDLMConfig(shift=True), {"window": 4, "verify": True}),
+    "setdlm_sampled": ("setdlm", SetDLMConfig(), {"temperature": 1.0, "top_p": 0.9}),
+    "ar_sampled": ("ar", None, {"temperature": 1.0}),
+}
+
+
+@pytest.mark.parametrize("name", list(OTHER_DECODES))
+@pytest.mark.parametrize("batch", [1, 8])
+def test_every_paradigm_reads_once_per_step(net: Transformer, name: str, batch: int) -> None:
+    """Every policy and option (sampling, random orders, verify, MDLM's chunks) reads at most
+    once per forward too, not only the decodes the bench times."""
+    paradigm_name, config, options = OTHER_DECODES[name]
+    paradigm = make_paradigm(paradigm_name, config, mask_id=MASK_ID)
+    rows, kw = prompts(batch), {"paradigm": paradigm, "stop_ids": [STOP_ID], **options}
+    calls: list[int] = []
+
+    def run() -> None:
+        counting = _Counting(net)
+        if batch == 1:
+            generate(counting, rows[0], max_new_tokens=24, **kw)
+        else:
+            generate_batch(counting, rows, max_new_tokens=24, **kw)
+        calls.append(counting.calls)
+
+    with torch.inference_mode():
+        assert count_host_reads(run) <= calls[0]
