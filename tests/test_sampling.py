@@ -652,3 +652,20 @@ def test_choose_tokens_greedy_and_sampled() -> None:
     assert freq[MASK_ID] == 0
     assert torch.allclose(freq, expected.double(), atol=0.015)
     assert torch.allclose(conf, expected[tokens])
+
+
+@pytest.mark.parametrize("threshold", [None, 0.2, 0.5, 1.0])
+def test_greedy_rows_equal_row_by_row(threshold: float | None) -> None:
+    """Many rows chosen at once (ragged, ties included) equal `choose_tokens` and
+    `accept_confident` row by row."""
+    from setdiff.sampling.logits import accept_confident, choose_tokens, greedy_rows
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 6, 11, generator=g) * 2
+    logits[2, 1] = logits[2, 3]  # two rows of a row with equal confidences: argmax takes the first
+    rows = [[5], [1, 2, 3, 4], [1, 3], [0, 1, 2, 3, 4, 5], [4, 5]]
+    got = greedy_rows(logits, rows, MASK_ID, threshold)
+    for b, r in enumerate(rows):
+        tokens, confidence = choose_tokens(logits[b, r], mask_id=MASK_ID)
+        keep = accept_confident(confidence, threshold)
+        assert got[b][0].tolist() == tokens.tolist() and got[b][1].tolist() == keep.tolist()
