@@ -599,7 +599,8 @@ def test_accept_confident_semantics() -> None:
     from setdiff.sampling.logits import accept_confident
 
     def accepted(conf: torch.Tensor, threshold: float | None) -> list[int]:
-        return accept_confident(conf, threshold).nonzero().flatten().tolist()
+        keep = accept_confident(conf.tolist(), threshold)
+        return [i for i, k in enumerate(keep) if k]
 
     conf = torch.tensor([0.2, 0.5, 0.5, 0.9, 0.1])
     assert accepted(conf, None) == [3]
@@ -607,6 +608,9 @@ def test_accept_confident_semantics() -> None:
     assert accepted(conf, 0.95) == [3]  # the most confident is always taken
     assert accepted(torch.tensor([0.3]), 1.0) == [0]
     assert accepted(torch.tensor([0.4, 0.7, 0.7]), None) == [1]  # a tie: the first
+    # compared in float32, as a float32 tensor compares with the threshold on the device
+    at = torch.tensor([0.9, 0.95])  # float32(0.9) < 0.9 as a double
+    assert (at >= 0.9).tolist() == [True, True] and accepted(at, 0.9) == [0, 1]
 
 
 def _ref_nucleus(probs: list[float], top_p: float) -> list[float]:
@@ -654,18 +658,29 @@ def test_choose_tokens_greedy_and_sampled() -> None:
     assert torch.allclose(conf, expected[tokens])
 
 
-@pytest.mark.parametrize("threshold", [None, 0.2, 0.5, 1.0])
-def test_greedy_rows_equal_row_by_row(threshold: float | None) -> None:
-    """Many rows chosen at once (ragged, ties included) equal `choose_tokens` and
-    `accept_confident` row by row."""
-    from setdiff.sampling.logits import accept_confident, choose_tokens, greedy_rows
+def test_greedy_rows_equal_row_by_row() -> None:
+    """Many rows chosen at once (ragged, ties included) equal `choose_tokens` row by row."""
+    from setdiff.sampling.logits import choose_tokens, greedy_rows
 
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(5, 6, 11, generator=g) * 2
-    logits[2, 1] = logits[2, 3]  # two rows of a row with equal confidences: argmax takes the first
+    logits[2, 1] = logits[2, 3]  # two rows of a row with equal confidences
     rows = [[5], [1, 2, 3, 4], [1, 3], [0, 1, 2, 3, 4, 5], [4, 5]]
-    got = greedy_rows(logits, rows, MASK_ID, threshold)
+    got = greedy_rows(logits, rows, MASK_ID)
     for b, r in enumerate(rows):
         tokens, confidence = choose_tokens(logits[b, r], mask_id=MASK_ID)
-        keep = accept_confident(confidence, threshold)
-        assert got[b][0].tolist() == tokens.tolist() and got[b][1].tolist() == keep.tolist()
+        assert torch.equal(got[b][0], tokens) and torch.equal(got[b][1], confidence)
+
+
+def test_select_rows_without_queries_chooses_nothing() -> None:
+    """A batched setdlm forward whose rows query nothing (every row only commits) picks
+    nothing for any row, rather than choosing at once over no logits."""
+    from setdiff.sampling.policies import DecodeContext, SetPolicy
+    from setdiff.sampling.state import DecodeState, Plan
+
+    policy = SetPolicy(window=2, threshold=0.9)
+    states = [DecodeState.new([1, 4, 5], 3, [], MASK_ID) for _ in range(2)]
+    plans = [Plan([0, 1, 2], [0, 1, 2], []) for _ in states]
+    ctx = DecodeContext(mask_id=MASK_ID, generator=torch.Generator(), n_new=3)
+    logits = torch.randn(2, 3, 11)
+    assert policy.select_rows(states, plans, logits, [(0, 3), (0, 3)], [ctx, ctx]) == [(), ()]

@@ -15,19 +15,9 @@ from typing import TYPE_CHECKING, Any, Unpack
 import torch
 
 from setdiff.kv_cache import KVCache
-from setdiff.sampling.engine import GenerateResult, Lane, Stopper, run
-from setdiff.sampling.loop import (
-    Decodable,
-    _as_ids,
-    _as_int,
-    _as_sequence,
-    _as_stops,
-    _unpack,
-    check_cache_size,
-    check_lengths,
-)
-from setdiff.sampling.policies import ARPolicy, DecodeContext, DecodeOptions
-from setdiff.sampling.state import DecodeState
+from setdiff.sampling.engine import GenerateResult, run
+from setdiff.sampling.loop import Decodable, _as_int, _as_sequence, _as_stops, _unpack, make_lane
+from setdiff.sampling.policies import ARPolicy, DecodeOptions
 
 if TYPE_CHECKING:
     from setdiff.model import Transformer
@@ -74,44 +64,28 @@ def generate_batch(
         raise ValueError("prompts must hold at least one prompt")
     if isinstance(prompts[0], int) and not isinstance(prompts[0], bool):
         raise ValueError("prompts must be a list of prompts (lists of token ids), not one prompt")
-    B, vocab_size = len(prompts), net.config.vocab_size
+    B = len(prompts)
     rows_new = _per_row(max_new_tokens, B, "max_new_tokens")
     seeds = _per_row(seed, B, "seed")
     suffix_rows = [None] * B if suffixes is None else _as_sequence(suffixes, "suffixes", "suffixes")
     if len(suffix_rows) != B:
         raise ValueError(f"suffixes must hold one entry per prompt ({B}), got {len(suffix_rows)}")
-    stops, strings = _as_stops(stop_ids, stop_strings, vocab_size, paradigm.mask_id, tokenizer)
+    stops = _as_stops(stop_ids, stop_strings, net, paradigm, tokenizer)
     policy = paradigm.decode_policy(dict(policy_options))
     if isinstance(policy, ARPolicy) and policy.speculative:
         raise ValueError(
             "draft_tokens: speculative decoding with a draft model is batch size 1 only: use "
             "generate(model, prompt, draft=..., draft_tokens=k)"
         )
-    lanes, capacities, needs = [], [], []
-    device = next(net.parameters()).device
-    for i in range(B):
-        prompt = _as_ids(prompts[i], f"prompts[{i}]", vocab_size, paradigm.mask_id)
-        suffix = suffix_rows[i]
-        suffix = (
-            []
-            if suffix is None
-            else _as_ids(suffix, f"suffixes[{i}]", vocab_size, paradigm.mask_id)
-        )
-        names = (f"prompts[{i}]", f"max_new_tokens[{i}]", f"suffixes[{i}]")
-        total = check_lengths(net, paradigm, prompt, suffix, rows_new[i], names=names)
-        needs.append(check_cache_size(policy, prompt, suffix, rows_new[i], cache_size))
-        capacities.append(cache_size or 2 * total)
-        generator = torch.Generator(device=device).manual_seed(seeds[i])
-        lanes.append(
-            Lane(
-                state=DecodeState.new(prompt, rows_new[i], suffix, paradigm.mask_id),
-                ctx=DecodeContext(mask_id=paradigm.mask_id, generator=generator, n_new=rows_new[i]),
-                stopper=Stopper(set(stops), strings, tokenizer),
-            )
-        )
+    rows = [
+        make_lane(net, paradigm, policy, *args, stops, cache_size, row=i)
+        for i, args in enumerate(zip(prompts, suffix_rows, rows_new, seeds, strict=True))
+    ]
+    lanes = [lane for lane, _, _ in rows]
     cache = None
     if use_cache and policy.uses_cache:
-        cache = KVCache.for_model(net, capacities, slack=max(needs))
+        capacities = [cache_size or 2 * total for _, total, _ in rows]
+        cache = KVCache.for_model(net, capacities, slack=max(need for _, _, need in rows))
     with torch.inference_mode():
         run(net, policy, lanes, cache, trace_logits)
     return [lane.result for lane in lanes]  # type: ignore[misc]

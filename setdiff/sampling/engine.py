@@ -139,7 +139,7 @@ def run(
             lane.nfe += 1
             lane.forward_seconds += seconds
             if trace_logits:
-                lane.traced.append(logits_BTV[r, spans[r][0] : spans[r][1]])
+                lane.traced.append(logits_BTV[r, spans[r][0] : spans[r][1]].clone())  # not a view
             positions, n_rejected = policy.apply(lane.state, plan, picks[r], lane.ctx)
             if cache is not None:
                 if n_rejected:  # rejected drafts: as if never committed
@@ -159,13 +159,14 @@ def read_picks(picks: list[tuple[torch.Tensor, ...]]) -> list[list[list[int]]]:
     flat = [t for row in picks for t in row]
     if not flat:
         return [[] for _ in picks]
-    values = torch.cat(flat).tolist()  # the step's one read (bools promote to ints)
+    values = (flat[0] if len(flat) == 1 else torch.cat(flat)).tolist()  # the step's one read
     out, at = [], 0
     for row in picks:
         lists = []
         for t in row:
             n = t.numel()
-            lists.append(values[at : at + n])
+            part = values[at : at + n]  # ints come back as floats when read beside floats
+            lists.append(part if t.is_floating_point() else [int(v) for v in part])
             at += n
         out.append(lists)
     return out

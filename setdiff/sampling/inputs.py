@@ -64,7 +64,8 @@ def batch_inputs(
         flat += [state.canvas[p] for p in fed] + [0] * (T - len(fed))
     for fed in fed_B:
         flat += fed + [0] * (T - len(fed))
-    tokens, positions = long_tensor(flat).view(2 * len(states), T).split(len(states))
+    both = long_tensor(flat).view(2, len(states), T)
+    tokens, positions = both[0], both[1]
     outputs = [
         (n - len(p.commit) - len(p.queries), n) for n, p in zip(n_inputs, plans, strict=True)
     ]
@@ -113,10 +114,9 @@ def _mask(
     last key of its group; a query every committed key, and the other queries too when they all
     see each other; a padding input none. Single entries are then set: padding inputs and
     "self" queries see their own slot, shifted queries do not see the key they stand in for."""
-    K = max(offset_B) + T
-    reach: list[int] = []
-    given = []
-    points: list[tuple[int, int, int, bool]] = []
+    K, B = max(offset_B) + T, len(plans)
+    ones, zeros = b"\x01" * K, bytes(K)
+    rows, given, points = [], [], []
     for r, (state, plan) in enumerate(zip(states, plans, strict=True)):
         n_f, n_k, m = n_fed_B[r], n_keys_B[r], len(plan.queries)
         fed_groups, first = state.group_of[len(state.group_of) - n_f :], n_k - n_f
@@ -126,20 +126,19 @@ def _mask(
                 end = first + t + 1
             ends[t] = end
         see_all = _attends_all(plan)
-        reach += ends + [n_k + m if see_all else n_k] * m + [0] * (T - n_f - m)
+        reach = ends + [n_k + m if see_all else n_k] * m + [0] * (T - n_f - m)
+        rows += [ones[:n] + zeros[n:] for n in reach]
         if not see_all and plan.query_attend == "self":
-            points += [(r, n_f + j, n_k + j, True) for j in range(m)]
+            points += [((r * T + n_f + j) * K + n_k + j, 1) for j in range(m)]
         elif not see_all:
             given.append((r, n_f, n_k, plan.query_attend))
-        points += [(r, t, offset_B[r] + t, True) for t in range(n_f + m, T)]  # padding
+        points += [((r * T + t) * K + offset_B[r] + t, 1) for t in range(n_f + m, T)]  # padding
         if shift:
-            points += [(r, n_f + j, key, False) for j, key in _hidden(state, plan, n_k)]
-    mask_BTK = torch.arange(K) < long_tensor(reach).view(len(plans), T, 1)
+            points += [((r * T + n_f + j) * K + key, 0) for j, key in _hidden(state, plan, n_k)]
+    flat = bytearray(b"".join(rows))
+    for at, value in points:
+        flat[at] = value
+    mask_BTK = torch.frombuffer(flat, dtype=torch.bool).view(B, T, K)
     for r, n_f, n_k, attend in given:
         mask_BTK[r, n_f : n_f + attend.shape[0], n_k : n_k + attend.shape[0]] = attend
-    if points:
-        r, t, k, value = long_tensor(
-            [v for column in zip(*points, strict=True) for v in column]
-        ).view(4, -1)
-        mask_BTK.index_put_((r, t, k), value.bool())
     return mask_BTK

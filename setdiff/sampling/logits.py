@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import struct
+
 import torch
 
 from setdiff.sampling.state import long_tensor
@@ -24,8 +27,7 @@ def choose_tokens(
     Returns:
         tokens (M,) long and confidence (M,) float = probability of the chosen token.
     """
-    logits = (logits_MV if logits_MV.dtype == torch.float32 else logits_MV.float()).clone()
-    logits.narrow(-1, mask_id, 1).fill_(float("-inf"))
+    logits = logits_MV.float().index_fill(-1, _index(mask_id, logits_MV.device), float("-inf"))
     if temperature == 0.0:
         probs = torch.softmax(logits, dim=-1)
         confidence, tokens = probs.max(dim=-1)
@@ -37,6 +39,14 @@ def choose_tokens(
     return tokens, probs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
+@functools.cache
+def _index(i: int, device: torch.device) -> torch.Tensor:
+    """``[i]`` as a long tensor on `device`, made once (a normal tensor, not an inference one:
+    autograd may save it)."""
+    with torch.inference_mode(False):
+        return torch.tensor([i], device=device)
+
+
 def nucleus(probs_MV: torch.Tensor, top_p: float) -> torch.Tensor:
     """Keep the smallest prefix of sorted tokens whose mass reaches `top_p`; renormalise."""
     sorted_probs, order = probs_MV.sort(dim=-1, descending=True)
@@ -46,36 +56,26 @@ def nucleus(probs_MV: torch.Tensor, top_p: float) -> torch.Tensor:
     return kept / kept.sum(-1, keepdim=True)
 
 
-def accept_confident(confidence_M: torch.Tensor, threshold: float | None) -> torch.Tensor:
-    """(M,) bool: accept the most confident one, plus every one with confidence >= threshold.
-
-    A mask rather than indices, so that choosing reads nothing back to the host."""
-    keep = (
-        torch.zeros_like(confidence_M, dtype=torch.bool)
-        if threshold is None
-        else confidence_M >= threshold
-    )
-    return keep.scatter(0, confidence_M.argmax().reshape(1), True)
+def accept_confident(confidence: list[float], threshold: float | None) -> list[bool]:
+    """Accept the most confident one (the first, on a tie), plus every one with confidence >=
+    `threshold`, compared in float32 as a float32 tensor compares with it; on the host, from
+    confidences read with the step's one read."""
+    keep = [False] * len(confidence)
+    if threshold is not None:
+        bound = struct.unpack("f", struct.pack("f", threshold))[0]
+        keep = [c >= bound for c in confidence]
+    keep[max(range(len(confidence)), key=confidence.__getitem__)] = True
+    return keep
 
 
 def greedy_rows(
-    logits_BTV: torch.Tensor, rows: list[list[int]], mask_id: int, threshold: float | None
+    logits_BTV: torch.Tensor, rows: list[list[int]], mask_id: int
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Greedy tokens and accept masks (`accept_confident`) of many rows at once, in a fixed
-    number of ops: row b reads its logits rows ``logits_BTV[b, rows[b]]``; returns per row its
-    (tokens, keep) views, as ``choose_tokens`` and ``accept_confident`` give them row by row."""
+    """Greedy tokens and confidences of many rows at once, in a fixed number of ops: row b
+    reads its logits rows ``logits_BTV[b, rows[b]]``; returns per row its (tokens, confidence)
+    views, as ``choose_tokens`` gives them row by row."""
     B, T, V = logits_BTV.shape
+    at = long_tensor([b * T + t for b, r in enumerate(rows) for t in r]).to(logits_BTV.device)
+    tokens, confidence = choose_tokens(logits_BTV.reshape(B * T, V)[at], mask_id=mask_id)
     sizes = [len(r) for r in rows]
-    M, N = max(sizes), sum(sizes)
-    at = [b * T + t for b, r in enumerate(rows) for t in r]
-    slots = [b * M + j for b, n in enumerate(sizes) for j in range(n)]
-    index = long_tensor(at + slots).to(logits_BTV.device)
-    at_N, slots_N = index[:N], index[N:]
-    tokens, confidence = choose_tokens(logits_BTV.reshape(B * T, V)[at_N], mask_id=mask_id)
-    conf_BM = confidence.new_full((B * M,), -1.0).index_copy(0, slots_N, confidence).view(B, M)
-    keep_BM = (
-        torch.zeros_like(conf_BM, dtype=torch.bool) if threshold is None else conf_BM >= threshold
-    )
-    keep_BM = keep_BM.scatter(1, conf_BM.argmax(1, keepdim=True), True)
-    keep = keep_BM.view(-1)[slots_N]
-    return list(zip(tokens.split(sizes), keep.split(sizes), strict=True))
+    return list(zip(tokens.split(sizes), confidence.split(sizes), strict=True))

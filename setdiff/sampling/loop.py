@@ -13,6 +13,7 @@ The engine knows models through `Decodable` (a backbone, its paradigm, its token
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import operator
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol, Unpack, runtime_checkable
@@ -110,19 +111,18 @@ def generate(
             option.
     """
     net, paradigm, tokenizer = _unpack(model, paradigm)
-    vocab_size, mask_id = net.config.vocab_size, paradigm.mask_id
-    prompt = _as_ids(prompt_ids, "prompt_ids", vocab_size, mask_id)
-    suffix = [] if suffix_ids is None else _as_ids(suffix_ids, "suffix_ids", vocab_size, mask_id)
-    max_new_tokens, seed = _as_int(max_new_tokens, "max_new_tokens"), _as_int(seed, "seed")
-    stops, strings = _as_stops(stop_ids, stop_strings, vocab_size, mask_id, tokenizer)
-    total = check_lengths(net, paradigm, prompt, suffix, max_new_tokens)
-    draft_net = None if draft is None else _draft_net(draft, net, paradigm, total)
+    stops = _as_stops(stop_ids, stop_strings, net, paradigm, tokenizer)
     policy = paradigm.decode_policy(dict(policy_options))
-    if draft_net is not None and not policy.speculative:
-        raise ValueError("draft needs draft_tokens=k >= 1: the tokens it proposes per forward")
-    if draft_net is None and isinstance(policy, ARPolicy) and policy.speculative:
+    lane, total, need = make_lane(
+        net, paradigm, policy, prompt_ids, suffix_ids, max_new_tokens, seed, stops, cache_size
+    )
+    if draft is not None:
+        drafter = DraftModel(_draft_net(draft, net, paradigm, total), total, paradigm.mask_id)
+        lane.ctx = dataclasses.replace(lane.ctx, drafter=drafter)
+        if not policy.speculative:
+            raise ValueError("draft needs draft_tokens=k >= 1: the tokens it proposes per forward")
+    elif isinstance(policy, ARPolicy) and policy.speculative:
         raise ValueError("draft_tokens needs draft=: a small ar model of the same vocabulary")
-    need = check_cache_size(policy, prompt, suffix, max_new_tokens, cache_size)
     use_cache = use_cache and policy.uses_cache
     if compile_step and not use_cache:
         raise ValueError(
@@ -130,12 +130,6 @@ def generate(
             if policy.uses_cache
             else f"compile_step needs the KV cache, and {paradigm.config.name} decodes without one"
         )
-    device = next(net.parameters()).device
-    generator = torch.Generator(device=device).manual_seed(seed)
-    drafter = None if draft_net is None else DraftModel(draft_net, total, paradigm.mask_id)
-    ctx = DecodeContext(
-        mask_id=paradigm.mask_id, generator=generator, n_new=max_new_tokens, drafter=drafter
-    )
     cache, step = None, None
     if compile_step:
         n_step = policy.max_step(max_new_tokens)
@@ -144,30 +138,64 @@ def generate(
         step = StaticStep(net, cache, n_step, paradigm.mask_id)
     elif use_cache:
         cache = KVCache.for_model(net, cache_size or 2 * total, slack=need)
-    state = DecodeState.new(prompt, max_new_tokens, suffix, paradigm.mask_id)
-    lane = Lane(state, ctx, Stopper(set(stops), tuple(strings), tokenizer))
     with torch.inference_mode():
         run(net, policy, [lane], cache, trace_logits, step)
     assert lane.result is not None
     return lane.result
 
 
+def make_lane(
+    net: Transformer,
+    paradigm: Paradigm,
+    policy: DecodePolicy,
+    prompt_ids: Any,
+    suffix_ids: Any,
+    max_new_tokens: Any,
+    seed: Any,
+    stops: Stopper,
+    cache_size: int | None,
+    row: int | None = None,
+) -> tuple[Lane, int, int]:
+    """One validated row of a decode (`row`: its index in a batch, named in messages): its
+    `Lane` (stopping as `stops` says), its canvas length and the most inputs one of its
+    forwards feeds."""
+    names = (
+        ("prompt_ids", "max_new_tokens", "suffix_ids", "seed")
+        if row is None
+        else (f"prompts[{row}]", f"max_new_tokens[{row}]", f"suffixes[{row}]", f"seed[{row}]")
+    )
+    vocab_size, mask_id = net.config.vocab_size, paradigm.mask_id
+    prompt = _as_ids(prompt_ids, names[0], vocab_size, mask_id)
+    suffix = [] if suffix_ids is None else _as_ids(suffix_ids, names[2], vocab_size, mask_id)
+    n_new, seed = _as_int(max_new_tokens, names[1]), _as_int(seed, names[3])
+    total = check_lengths(net, paradigm, prompt, suffix, n_new, names=names[:3])
+    need = check_cache_size(policy, prompt, suffix, n_new, cache_size)
+    device = next(net.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    ctx = DecodeContext(mask_id=mask_id, generator=generator, n_new=n_new)
+    state = DecodeState.new(prompt, n_new, suffix, mask_id)
+    return Lane(state, ctx, Stopper(stops.ids, stops.strings, stops.tokenizer)), total, need
+
+
 def _as_stops(
-    stop_ids: Any, stop_strings: Any, vocab_size: int, mask_id: int, tokenizer: Tokenizer | None
-) -> tuple[list[int], tuple[str, ...]]:
-    """Validated stop token ids and stop strings: only stops that can fire (an id in the
-    vocabulary other than [MASK], which no policy decodes; a non-empty string, with a tokenizer
-    to read it)."""
-    stops = _as_ids(stop_ids, "stop_ids", vocab_size)
-    if mask_id in stops:
+    stop_ids: Any,
+    stop_strings: Any,
+    net: Transformer,
+    paradigm: Paradigm,
+    tokenizer: Tokenizer | None,
+) -> Stopper:
+    """A `Stopper` of validated stops: only stops that can fire (an id in the vocabulary other
+    than [MASK], which no policy decodes; a non-empty string, with a tokenizer to read it)."""
+    stops = _as_ids(stop_ids, "stop_ids", net.config.vocab_size)
+    if paradigm.mask_id in stops:
         raise ValueError(
-            f"stop_ids[{stops.index(mask_id)}] is the [MASK] id {mask_id}, which is never "
-            "decoded: it would never stop"
+            f"stop_ids[{stops.index(paradigm.mask_id)}] is the [MASK] id {paradigm.mask_id}, "
+            "which is never decoded: it would never stop"
         )
     strings = as_stop_strings(stop_strings)
     if strings and tokenizer is None:
         raise ValueError("stop_strings needs a LoadedModel with a tokenizer")
-    return stops, strings
+    return Stopper(set(stops), strings, tokenizer)
 
 
 def as_stop_strings(stop_strings: Any, name: str = "stop_strings") -> tuple[str, ...]:

@@ -4,7 +4,7 @@ One policy per paradigm's sampler; the engine in `setdiff.sampling.engine` is sh
 is a frozen record of its options with these methods:
 - ``plan(state) -> Plan | None``: the next forward (None = done);
 - ``select(state, plan, logits, ctx) -> picks``: that forward's choices, as tensors on the
-  logits' device (tokens, accept masks, indices), computed without reading anything back
+  logits' device (tokens, confidences, indices), computed without reading anything back
   (``select_rows``: every row of a batched forward; greedy AR and setdlm choose them all at once);
 - ``apply(state, plan, picks, ctx) -> (positions, n_rejected)``: applies the picks to the state,
   read to the host as lists of ints (the engine reads every row's picks of a forward at once: one
@@ -169,6 +169,18 @@ class _Options:
             parsed["threshold"] = parse_threshold(parsed["threshold"])
         return cls(**parsed, **fixed)
 
+    def choose(
+        self, logits_MV: torch.Tensor, ctx: DecodeContext, temperature: float | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`choose_tokens` with the policy's sampling options (`temperature`: an annealed one)."""
+        return choose_tokens(
+            logits_MV,
+            mask_id=ctx.mask_id,
+            temperature=self.temperature if temperature is None else temperature,  # type: ignore[attr-defined]
+            top_p=self.top_p,  # type: ignore[attr-defined]
+            generator=ctx.generator,
+        )
+
     def select_rows(
         self,
         states: list[DecodeState],
@@ -178,12 +190,11 @@ class _Options:
         ctxs: list[DecodeContext],
     ) -> list[Picks]:
         """Every row's picks from one batched forward (row b's logits: ``logits_BTV[b, start:end]``
-        for its span): all at once where `rows_at_once` says how (greedy tokens and accept masks
+        for its span): all at once where `rows_at_once` says how (greedy tokens and confidences
         of those rows of each row's span), else row by row."""
         rows = self.rows_at_once(plans, spans) if len(states) > 1 else []
-        if rows:
-            threshold = getattr(self, "threshold", None)
-            return greedy_rows(logits_BTV, rows, ctxs[0].mask_id, threshold)  # type: ignore[return-value]
+        if any(rows):  # at least one logits row to choose from
+            return greedy_rows(logits_BTV, rows, ctxs[0].mask_id)  # type: ignore[return-value]
         return [
             self.select(state, plan, logits_BTV[b, start:end], ctx)  # type: ignore[attr-defined]
             for b, (state, plan, (start, end), ctx) in enumerate(
@@ -192,7 +203,7 @@ class _Options:
         ]
 
     def rows_at_once(self, plans: list[Plan], spans: list[tuple[int, int]]) -> list[list[int]]:
-        """Per row, the logits rows (in `spans`) whose greedy tokens and accept mask are its picks,
+        """Per row, the logits rows (in `spans`) whose greedy tokens and confidences are its picks,
         for a policy that can choose every row at once; [] = row by row."""
         return []
 
@@ -202,10 +213,12 @@ class _Options:
         """Apply one forward's `picks` (``select``'s tensors, read as lists) to `state` (its
         commit already recorded): the positions it decoded, and how many of its commits were
         rejected, to drop from the end of the cache (only the speculative rules reject any).
-        Here the picks are the tokens and accept mask of the plan's queries."""
+        Here the picks are the tokens and confidences of the plan's queries, accepted by
+        `accept_confident` with the policy's threshold."""
         if not picks:
             return [], 0
-        tokens, keep = picks
+        tokens, confidence = picks
+        keep = accept_confident(confidence, getattr(self, "threshold", None))
         positions = [q for q, k in zip(plan.queries, keep, strict=True) if k]
         state.accept(positions, [t for t, k in zip(tokens, keep, strict=True) if k])
         return positions, 0
@@ -255,13 +268,7 @@ class ARPolicy(_Options):
     ) -> Picks:
         if self.draft_tokens:
             return verify_select(state, plan, logits, ctx.mask_id, from_queries=False)
-        tokens, _ = choose_tokens(
-            logits[-1:],
-            mask_id=ctx.mask_id,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            generator=ctx.generator,
-        )
+        tokens, _ = self.choose(logits[-1:], ctx)
         return (tokens,)
 
     def rows_at_once(self, plans: list[Plan], spans: list[tuple[int, int]]) -> list[list[int]]:
@@ -354,14 +361,8 @@ class SetPolicy(_Options):
         m = len(plan.queries)
         if m == 0:
             return ()
-        tokens, confidence = choose_tokens(
-            logits[-m:],
-            mask_id=ctx.mask_id,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            generator=ctx.generator,
-        )
-        return tokens, accept_confident(confidence, self.threshold)
+        tokens, confidence = self.choose(logits[-m:], ctx)
+        return tokens, confidence
 
     def rows_at_once(self, plans: list[Plan], spans: list[tuple[int, int]]) -> list[list[int]]:
         if self.verify or self.temperature:
@@ -431,18 +432,11 @@ class AnyOrderPolicy(_Options):
         m = len(plan.queries)
         if m == 0:
             return ()
-        temperature = self.temperature_at(ctx.n_new - m, ctx.n_new)
-        g = ctx.generator
+        temperature, g = self.temperature_at(ctx.n_new - m, ctx.n_new), ctx.generator
         if self.order == "random":
             i = torch.randint(m, (1,), generator=g, device=g.device).to(logits.device)
-            row = logits[-m:].index_select(0, i)
-            tokens, _ = choose_tokens(
-                row, mask_id=ctx.mask_id, temperature=temperature, top_p=self.top_p, generator=g
-            )
-            return i, tokens
-        tokens, confidence = choose_tokens(
-            logits[-m:], mask_id=ctx.mask_id, temperature=temperature, top_p=self.top_p, generator=g
-        )
+            return i, self.choose(logits[-m:].index_select(0, i), ctx, temperature)[0]
+        tokens, confidence = self.choose(logits[-m:], ctx, temperature)
         best = confidence.argmax().reshape(1)
         return best, tokens.index_select(0, best)
 
@@ -494,14 +488,8 @@ class BlockPolicy(_Options):
         rows = [i for i, q in enumerate(plan.queries) if state.masked[q]]
         if not rows:
             return ()
-        tokens, confidence = choose_tokens(
-            _rows(logits[-m:], rows),
-            mask_id=ctx.mask_id,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            generator=ctx.generator,
-        )
-        return tokens, accept_confident(confidence, self.threshold)
+        tokens, confidence = self.choose(_rows(logits[-m:], rows), ctx)
+        return tokens, confidence
 
     def apply(
         self, state: DecodeState, plan: Plan, picks: list[list[int]], ctx: DecodeContext
@@ -566,18 +554,14 @@ class MDLMPolicy(_Options):
         self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
     ) -> Picks:
         candidates = self.candidates(state)
-        tokens, confidence = choose_tokens(
-            _rows(logits, [p - plan.queries[0] for p in candidates]),
-            mask_id=ctx.mask_id,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            generator=ctx.generator,
+        tokens, confidence = self.choose(
+            _rows(logits, [p - plan.queries[0] for p in candidates]), ctx
         )
         if self.order == "random":
             g = ctx.generator
             pick = torch.randint(len(candidates), (1,), generator=g, device=g.device)
             confidence = confidence.index_fill(0, pick.to(confidence.device), float("inf"))
-        return tokens, accept_confident(confidence, self.threshold)
+        return tokens, confidence
 
     def apply(
         self, state: DecodeState, plan: Plan, picks: list[list[int]], ctx: DecodeContext
