@@ -38,6 +38,7 @@ from setdiff.model import ModelConfig
 from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.preset import Preset
 from setdiff.recipe import TaskTrainConfig
+from setdiff.sampling.policies import decode_policy
 from setdiff.tasks import read_records
 from setdiff.tokenizer import Tokenizer, load_tokenizer
 from setdiff.train import TrainConfig, train
@@ -117,7 +118,7 @@ def make_cell(
         if options_ is None:
             continue
         try:
-            make_paradigm(paradigm, options, mask_id=0).decode_policy(dict(options_))
+            decode_policy(make_paradigm(paradigm, options, mask_id=0), dict(options_))
         except (TypeError, ValueError) as err:
             raise ConfigError(f"{preset.path}: {where}: {label}.{paradigm}: {err}") from None
     return Cell(name, paradigm, config, options, decoding, start, source, keep, extra)

@@ -30,6 +30,7 @@ from setdiff.config import Device, Seed, check, frozen
 from setdiff.masks import causal_mask
 from setdiff.measure import peak_memory_mb, reset_peak_memory, timed
 from setdiff.sampling.loop import GenerateResult, generate
+from setdiff.sampling.policies import decode_policy
 from setdiff.tokenizer import Tokenizer
 
 T = TypeVar("T")
@@ -338,11 +339,11 @@ def with_sampling(
     Raises:
         ValueError: if the resulting options are invalid for the paradigm's policy.
     """
-    policy = model.paradigm.decode_policy(dict(options))
+    policy = decode_policy(model.paradigm, dict(options))
     names = {f.name for f in dataclasses.fields(policy)}
     sampling = {"temperature": temperature, "top_p": top_p}
     merged = {**options, **{k: v for k, v in sampling.items() if k in names}}
-    model.paradigm.decode_policy(dict(merged))
+    decode_policy(model.paradigm, dict(merged))
     return merged
 
 

@@ -27,6 +27,7 @@ from setdiff.recipe import (
     SetSizeStudyConfig,
     TaskTrainConfig,
 )
+from setdiff.sampling.policies import decode_policy
 from setdiff.study import StudyConfig
 from setdiff.tasks import ANSWER_TASKS, DataConfig
 from setdiff.textgen import TextGenConfig
@@ -124,7 +125,7 @@ def validate(params: Params | Preset) -> StudyConfig:
 def _check_decode(preset: Preset, name: str, options: Mapping[str, Any], where: str) -> None:
     paradigm = make_paradigm(name, preset.paradigm(name), mask_id=0)
     try:
-        paradigm.decode_policy(dict(options))
+        decode_policy(paradigm, dict(options))
     except ValueError as err:
         raise ConfigError(f"{preset.path}: {where}: {err}") from None
 

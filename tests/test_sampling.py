@@ -12,6 +12,7 @@ from torch import nn
 from setdiff.model import Transformer
 from setdiff.paradigm import BD3LMConfig, MDLMConfig, SetDLMConfig, make_paradigm
 from setdiff.sampling.loop import GenerateResult, generate
+from setdiff.sampling.policies import decode_policy
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -479,12 +480,12 @@ def test_good_threshold(sharp_model: Transformer, name: str, threshold: Any) -> 
 @pytest.mark.parametrize("name", ["setdlm", "bd3lm", "mdlm"])
 def test_threshold_is_parsed_once_into_the_policy(name: str) -> None:
     paradigm = make_paradigm(name, mask_id=MASK_ID)
-    assert paradigm.decode_policy({"threshold": "off"}).threshold is None
-    assert paradigm.decode_policy({}).threshold is None
-    policy = paradigm.decode_policy({"threshold": 1})
+    assert decode_policy(paradigm, {"threshold": "off"}).threshold is None
+    assert decode_policy(paradigm, {}).threshold is None
+    policy = decode_policy(paradigm, {"threshold": 1})
     assert policy.threshold == 1.0 and isinstance(policy.threshold, float)
     with pytest.raises(ValueError, match="threshold must be in \\(0, 1\\] or 'off'"):
-        paradigm.decode_policy({"threshold": "high"})
+        decode_policy(paradigm, {"threshold": "high"})
     with pytest.raises(ValueError, match="threshold"):  # a built policy holds float | None only
         type(policy)(threshold="off")
 

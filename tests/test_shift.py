@@ -28,6 +28,7 @@ from setdiff.paradigm import (
 from setdiff.paradigm.base import _masked_nll
 from setdiff.sampling.batch import generate_batch
 from setdiff.sampling.loop import generate
+from setdiff.sampling.policies import decode_policy
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -311,4 +312,4 @@ def test_shift_survives_save_and_load(tmp_path: Any, tiny_model: Transformer) ->
     save_model_dir(tmp_path / "m", tiny_model, paradigm)
     loaded = load_model(tmp_path / "m")
     assert loaded.paradigm.config.shift is True
-    assert loaded.paradigm.decode_policy({}).shift is True
+    assert decode_policy(loaded.paradigm, {}).shift is True

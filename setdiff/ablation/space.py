@@ -38,6 +38,7 @@ from setdiff.artifacts import run_id
 from setdiff.config import ConfigError, frozen, to_dict
 from setdiff.paradigm import PARADIGMS, SetDLMConfig, make_paradigm
 from setdiff.params import Params
+from setdiff.sampling.policies import decode_policy
 from setdiff.tasks import ANSWER_TASKS
 
 if TYPE_CHECKING:
@@ -207,7 +208,7 @@ def enumerate_space(space: Mapping[str, KnobSpace], context: Mapping[str, Any]) 
 def _default_point(params: Params, config: AblationConfig, context: dict) -> dict[str, Any]:
     """The preset's own configuration in knob terms (enqueued as the first trial)."""
     plan = resolve_trial(params, {"paradigm": context["paradigm"]})
-    policy = make_paradigm(plan.paradigm, plan.config, mask_id=0).decode_policy(plan.options)
+    policy = decode_policy(make_paradigm(plan.paradigm, plan.config, mask_id=0), plan.options)
     cfg, name = plan.config, plan.paradigm
     preset: dict[str, Any] = {"paradigm": name, "order": context["order"]}
     field = PARADIGMS[name][1].set_size_field

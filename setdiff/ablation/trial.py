@@ -43,6 +43,7 @@ from setdiff.params import Params
 from setdiff.preset import ModelSpec, Preset
 from setdiff.recipe import TaskTrainConfig
 from setdiff.runtime import setup_torch
+from setdiff.sampling.policies import decode_policy
 from setdiff.tasks import read_records
 from setdiff.tokenizer import load_tokenizer
 from setdiff.train import TrainConfig, train
@@ -96,7 +97,7 @@ def resolve_trial(params: Params, knobs: Mapping[str, Any]) -> TrialPlan:
             raise ValueError("order 'sliding' needs a window: add window to the space")
         if "threshold" in knobs:
             options["threshold"] = knobs["threshold"]
-        make_paradigm(name, config, mask_id=0).decode_policy(dict(options))
+        decode_policy(make_paradigm(name, config, mask_id=0), dict(options))
     except ValueError as err:
         raise ConfigError(f"{where}: {err}") from None
     return TrialPlan(paradigm=name, config=config, options=options)

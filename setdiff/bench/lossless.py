@@ -31,6 +31,7 @@ from setdiff.measure import count_new_tokens, timed
 from setdiff.paradigm import make_paradigm
 from setdiff.progress import progress_bar
 from setdiff.sampling.loop import generate
+from setdiff.sampling.policies import decode_policy
 from setdiff.tradeoff import bootstrap, group, summarize
 from setdiff.train import TrainConfig
 
@@ -251,6 +252,6 @@ def check_windows(config: LosslessConfig, setdlm: Any, where: str) -> None:
     paradigm = make_paradigm("setdlm", setdlm, mask_id=0)
     for window in config.windows:
         try:
-            paradigm.decode_policy({"window": window, "verify": True})
+            decode_policy(paradigm, {"window": window, "verify": True})
         except ValueError as err:
             raise ConfigError(f"{where}: lossless.windows: {err}") from None

@@ -47,6 +47,7 @@ from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.runtime import setup_torch
 from setdiff.sampling.batch import generate_batch
 from setdiff.sampling.loop import GenerateResult
+from setdiff.sampling.policies import decode_policy
 from setdiff.tasks import read_records
 
 log = logging.getLogger(__name__)
@@ -324,7 +325,7 @@ def load_methods(
             else:
                 raise ConfigError(f"--config {text!r}: no model at {path} (use --stand-in)")
         model, is_stand_in = models[paradigm]
-        model.paradigm.decode_policy(dict(options))  # validate before any compute
+        decode_policy(model.paradigm, dict(options))  # validate before any compute
         methods.append(Method(paradigm, label, model, options, is_stand_in))
     return methods
 

@@ -29,6 +29,7 @@ from setdiff.artifacts import load_model
 from setdiff.masks import make_causal_mask_mod, training_mask
 from setdiff.paradigm import Batch
 from setdiff.sampling.loop import as_stop_strings, generate
+from setdiff.sampling.policies import decode_policy
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ class SetdiffLM(TemplateLM):
         if self.model.tokenizer is None:
             raise ValueError(f"path={path}: the model directory has no tokenizer.json")
         try:
-            self.model.paradigm.decode_policy(decode)
+            decode_policy(self.model.paradigm, decode)
         except ValueError as err:
             raise ValueError(f"model_args: {err}") from None
         self.tok = self.model.tokenizer
@@ -163,7 +164,7 @@ class SetdiffLM(TemplateLM):
         if kwargs.get("do_sample") is False:
             options["temperature"] = 0.0
         try:
-            self.model.paradigm.decode_policy(options)
+            decode_policy(self.model.paradigm, options)
         except ValueError as err:
             raise ValueError(f"generation_kwargs: {err}") from None
         prompt = [self.tok.bos_id] + self.tok.encode(context)

@@ -6,7 +6,9 @@ Each paradigm is a config record plus a class with
   from the estimator, as BD3LM's mask in every block);
 - ``loss(model, batch, generator, noise=None) -> LossOutput``: its training mask and loss, all on
   the same `Transformer` backbone;
-- ``decode_policy(options) -> DecodePolicy``: its sampler (see `setdiff.sampling`);
+- ``decode_fixed() -> dict``: the decode options its trained model fixes, which its sampler
+  (`setdiff.sampling.policies.decode_policy(paradigm, options)`) takes beside the user's; the
+  paradigms sit below the sampler and never import it;
 - capabilities that callers test instead of names: `needs_prompt`, `can_infill`,
   `exact_likelihood`, `set_size_field` (see `setdiff.paradigm.base._Paradigm`).
 

@@ -10,7 +10,6 @@ import torch.nn.functional as F
 from setdiff.config import frozen
 from setdiff.masks import make_causal_mask_mod
 from setdiff.paradigm.base import Batch, LossOutput, Noise, _Paradigm, _reduce
-from setdiff.sampling.policies import ARPolicy
 
 if TYPE_CHECKING:
     from setdiff.model import Transformer
@@ -43,5 +42,5 @@ class AR(_Paradigm):
         full = _reduce(nll, trained, trained.sum(-1))
         return dataclasses.replace(full, nll_sum=out.nll_sum, n_tokens=out.n_tokens)
 
-    def decode_policy(self, options: dict[str, Any]) -> ARPolicy:
-        return ARPolicy.from_options(options)
+    def decode_fixed(self) -> dict[str, Any]:
+        return {}

@@ -18,7 +18,6 @@ from setdiff.masks import AttentionKind, MaskMod, training_mask
 
 if TYPE_CHECKING:
     from setdiff.model import Transformer
-    from setdiff.sampling.policies import DecodePolicy
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -150,12 +149,9 @@ class _Paradigm:
         """True unless the paradigm overrides it (a masked one without shifted queries)."""
         return True
 
-    def decode_policy(self, options: dict[str, Any]) -> DecodePolicy:
-        """The paradigm's sampler with the user's decode `options` (see `setdiff.sampling`).
-
-        Raises:
-            ValueError: on an unknown option or a bad value, naming it.
-        """
+    def decode_fixed(self) -> dict[str, Any]:
+        """The decode options the trained model fixes (e.g. ``shift``, ``block_size``), which
+        its sampler takes beside the user's (`setdiff.sampling.policies.decode_policy`)."""
         raise NotImplementedError
 
     def _mask(

@@ -22,7 +22,6 @@ from setdiff.masks import (
     make_prompt_causal_mask_mod,
 )
 from setdiff.paradigm.base import Batch, LossOutput, Noise, _masked_nll, _Paradigm, _reduce_masked
-from setdiff.sampling.policies import BlockPolicy, MDLMPolicy
 
 if TYPE_CHECKING:
     from setdiff.model import Transformer
@@ -173,10 +172,8 @@ class MDLM(_Paradigm):
         nll = _masked_nll(logits, tokens, self.mask_id)
         return _reduce_masked(nll, masked, t[:, None], n_tokens)
 
-    def decode_policy(self, options: dict[str, Any]) -> MDLMPolicy:
-        return MDLMPolicy.from_options(
-            options, shift=self.config.shift, causal_prompt=self.config.causal_prompt
-        )
+    def decode_fixed(self) -> dict[str, Any]:
+        return {"shift": self.config.shift, "causal_prompt": self.config.causal_prompt}
 
 
 class BD3LM(_Paradigm):
@@ -254,7 +251,5 @@ class BD3LM(_Paradigm):
         mask = batched_training_mask(mod, B, 2 * L, kind=self.attention, device=device)
         return inputs, torch.cat((pos, prev)), mask
 
-    def decode_policy(self, options: dict[str, Any]) -> BlockPolicy:
-        return BlockPolicy.from_options(
-            options, block_size=self.config.block_size, shift=self.config.shift
-        )
+    def decode_fixed(self) -> dict[str, Any]:
+        return {"block_size": self.config.block_size, "shift": self.config.shift}

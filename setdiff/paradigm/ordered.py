@@ -15,7 +15,6 @@ from setdiff.config import check, frozen
 from setdiff.masks import batched_training_mask, make_hidden_key_mask_mod, make_set_causal_mask_mod
 from setdiff.orders import StaggeredSchedule, order_from_times, rank_of, sample_uniform_times
 from setdiff.paradigm.base import Batch, LossOutput, Noise, _masked_nll, _Paradigm, _reduce
-from setdiff.sampling.policies import AnyOrderPolicy, SetPolicy
 
 if TYPE_CHECKING:
     from setdiff.model import Transformer
@@ -160,10 +159,8 @@ class SetDLM(SetLoss):
             times[ltr] = torch.linspace(1, 0, L, dtype=times.dtype)
         return times
 
-    def decode_policy(self, options: dict[str, Any]) -> SetPolicy:
-        return SetPolicy.from_options(
-            options, max_window=self.config.s_max, shift=self.config.shift
-        )
+    def decode_fixed(self) -> dict[str, Any]:
+        return {"max_window": self.config.s_max, "shift": self.config.shift}
 
 
 class AOGPT(SetLoss):
@@ -176,5 +173,5 @@ class AOGPT(SetLoss):
         B, L = batch.tokens.shape
         return sample_uniform_times(B, L, self.config.ltr_share, generator)
 
-    def decode_policy(self, options: dict[str, Any]) -> AnyOrderPolicy:
-        return AnyOrderPolicy.from_options(options, shift=self.config.shift)
+    def decode_fixed(self) -> dict[str, Any]:
+        return {"shift": self.config.shift}

@@ -17,7 +17,7 @@ import torch
 from setdiff.kv_cache import KVCache
 from setdiff.sampling.engine import GenerateResult, run
 from setdiff.sampling.loop import Decodable, _as_int, _as_sequence, _as_stops, _unpack, make_lane
-from setdiff.sampling.policies import ARPolicy, DecodeOptions
+from setdiff.sampling.policies import ARPolicy, DecodeOptions, decode_policy
 
 if TYPE_CHECKING:
     from setdiff.model import Transformer
@@ -71,7 +71,7 @@ def generate_batch(
     if len(suffix_rows) != B:
         raise ValueError(f"suffixes must hold one entry per prompt ({B}), got {len(suffix_rows)}")
     stops = _as_stops(stop_ids, stop_strings, net, paradigm, tokenizer)
-    policy = paradigm.decode_policy(dict(policy_options))
+    policy = decode_policy(paradigm, dict(policy_options))
     if isinstance(policy, ARPolicy) and policy.speculative:
         raise ValueError(
             "draft_tokens: speculative decoding with a draft model is batch size 1 only: use "

@@ -29,6 +29,7 @@ from setdiff.sampling.policies import (
     DecodeOptions,
     DecodePolicy,
     SetPolicy,
+    decode_policy,
 )
 from setdiff.sampling.state import DecodeState
 from setdiff.sampling.static import STATIC_BUCKET, StaticStep
@@ -112,7 +113,7 @@ def generate(
     """
     net, paradigm, tokenizer = _unpack(model, paradigm)
     stops = _as_stops(stop_ids, stop_strings, net, paradigm, tokenizer)
-    policy = paradigm.decode_policy(dict(policy_options))
+    policy = decode_policy(paradigm, dict(policy_options))
     lane, total, need = make_lane(
         net, paradigm, policy, prompt_ids, suffix_ids, max_new_tokens, seed, stops, cache_size
     )

@@ -30,7 +30,7 @@ Policies:
   confidence- or random-order unmasking.
 
 User options (`DecodeOptions`: params, CLI, ``setdiff.generate(**options)``) are parsed once, by
-``from_options`` (which ``Paradigm.decode_policy`` calls): the threshold "off" becomes None
+``from_options`` (which `decode_policy` calls): the threshold "off" becomes None
 there, so a policy and the accept rule only ever see ``float | None``.
 """
 
@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Any, Literal, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 import torch
 
@@ -49,6 +49,9 @@ from setdiff.sampling.logits import accept_confident, choose_tokens, greedy_rows
 from setdiff.sampling.state import DecodeState, Plan
 from setdiff.sampling.verify import apply as verify_apply
 from setdiff.sampling.verify import select as verify_select
+
+if TYPE_CHECKING:
+    from setdiff.paradigm import Paradigm
 
 Picks = tuple[torch.Tensor, ...]
 """A forward's choices on the device (`select`); `apply` gets each as a list of ints."""
@@ -571,3 +574,25 @@ class MDLMPolicy(_Options):
 
 
 DecodePolicy = ARPolicy | SetPolicy | AnyOrderPolicy | BlockPolicy | MDLMPolicy
+
+POLICIES: dict[str, type[DecodePolicy]] = {
+    "ar": ARPolicy,
+    "mdlm": MDLMPolicy,
+    "bd3lm": BlockPolicy,
+    "aogpt": AnyOrderPolicy,
+    "setdlm": SetPolicy,
+}
+"""Each paradigm's sampler, by the paradigm's name."""
+
+
+def decode_policy(paradigm: Paradigm, options: DecodeOptions | dict[str, Any]) -> DecodePolicy:
+    """`paradigm`'s sampler with the user's decode `options` and the values its trained model
+    fixes (``paradigm.decode_fixed()``, e.g. ``shift``).
+
+    Raises:
+        ValueError: on an unknown option or a bad value, naming it.
+    """
+    policy: DecodePolicy = POLICIES[paradigm.config.name].from_options(
+        options, **paradigm.decode_fixed()
+    )
+    return policy

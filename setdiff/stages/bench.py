@@ -49,6 +49,7 @@ from setdiff.files import write_json, write_text
 from setdiff.measure import Configuration, Row, fingerprint, measure, write_rows
 from setdiff.progress import progress_bar
 from setdiff.runtime import setup_torch
+from setdiff.sampling.policies import decode_policy
 from setdiff.stages.common import start
 from setdiff.tasks import read_records
 
@@ -153,7 +154,7 @@ def main(argv: list[str]) -> None:
         for name in study.paradigms
     }
     for config in configs:  # validate every option set before any compute
-        models[config.paradigm].paradigm.decode_policy(dict(config.options))
+        decode_policy(models[config.paradigm].paradigm, dict(config.options))
     seq_len = models["ar"].net.config.max_seq_len
     all_test = read_records(layout.raw / "test.jsonl", args.task)
     test = all_test[: run.n_examples]

@@ -15,6 +15,7 @@ from setdiff.batching import ArraySplit
 from setdiff.evaluate import EvalConfig, answer_rows, check_finite_weights, likelihood
 from setdiff.files import write_json, write_text
 from setdiff.paradigm import PARADIGMS
+from setdiff.sampling.policies import decode_policy
 from setdiff.stages.common import start
 from setdiff.tasks import ANSWER_TASKS, read_records
 
@@ -40,7 +41,7 @@ def main(argv: list[str]) -> None:
         task=args.task,
         tokenizer=layout.tokenizer,
     )
-    model.paradigm.decode_policy(decode_options)  # validate the options before any compute
+    decode_policy(model.paradigm, decode_options)  # validate the options before any compute
     check_finite_weights(model)  # NaN weights would give NaN metrics: refuse, write nothing
     setup_torch(threads=config.threads or None)
     test = ArraySplit.load(layout.encoded("test"))

@@ -27,7 +27,7 @@ from setdiff.measure import Row, count_new_tokens, fingerprint, kv_cache_mb, wri
 from setdiff.paradigm import PARADIGMS
 from setdiff.runtime import setup_torch
 from setdiff.sampling.loop import GenerateResult
-from setdiff.sampling.policies import parse_threshold
+from setdiff.sampling.policies import decode_policy, parse_threshold
 from setdiff.stages.common import Layout, start
 from setdiff.tasks import TASK_LAYOUTS, read_records
 from setdiff.textgen import (
@@ -149,7 +149,7 @@ def _rows(
     eos_id: int,
 ) -> list[Row]:
     """One measurement-contract row per recorded decode: ``infill`` then ``uncond`` rows."""
-    policy = model.paradigm.decode_policy(dict(options))
+    policy = decode_policy(model.paradigm, dict(options))
     fields = dataclasses.asdict(policy)
     window = fields.get("window")
     row = functools.partial(

@@ -41,6 +41,7 @@ from setdiff.preset import ModelSpec
 from setdiff.preset import model_config as model_config  # the former helper (tests call it)
 from setdiff.recipe import CurveConfig, TaskTrainConfig
 from setdiff.runtime import host
+from setdiff.sampling.policies import decode_policy
 from setdiff.stages.common import Layout, start
 from setdiff.tasks import ANSWER_TASKS, read_records
 from setdiff.tokenizer import Tokenizer, load_tokenizer
@@ -156,7 +157,7 @@ def _accuracy_curve(
         raise ConfigError(f"{where}.n_examples: task {layout.task!r} has no answers to score")
     options = dict(curve.decode.get(layout.paradigm, {}))
     try:
-        paradigm.decode_policy(options)
+        decode_policy(paradigm, options)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"{where}.decode.{layout.paradigm}: {err}") from None
     records = read_records(layout.raw / "valid.jsonl", layout.task)[: curve.n_examples]
