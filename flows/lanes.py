@@ -97,9 +97,9 @@ def stage_threads(params: Mapping[str, Any], stage: str) -> int | None:
     group, task, paradigm = _split(stage)
     if group in ONE:
         return 1
-    if group in ("train", "train_ar"):
+    if group in ("train", "train_ar", "curve"):  # a curve decodes on its training's threads
         recipe = params.get("train", {}).get(task, {})
-        if group == "train_ar":
+        if group == "train_ar" or paradigm == "ar":
             return int((recipe.get("ar") or {}).get("threads", 0))
         override = (recipe.get("paradigms") or {}).get(paradigm) or {}
         return int(override.get("threads", (recipe.get("diffusion") or {}).get("threads", 0)))

@@ -81,6 +81,12 @@ SCHEMAS: dict[str, tuple[Field, ...]] = {
         _count("parameters", required=True),
         _count("resumed_from"),
     ),
+    "curve": (
+        *_NAMES,
+        _count("n_examples", required=True),
+        _count("points.*.step", required=True),
+        _fraction("points.*.accuracy", required=True),
+    ),
     "textgen": (
         *_NAMES,
         *(_fraction(name, nullable=True) for name in _TEXTGEN_FRACTIONS),

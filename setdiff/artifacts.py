@@ -44,6 +44,18 @@ def paradigm_record(paradigm: Paradigm) -> dict[str, Any]:
     return {"name": paradigm.config.name, **to_dict(paradigm.config)}
 
 
+def file_weights(
+    net: Transformer, state_dict: dict[str, torch.Tensor] | None = None
+) -> dict[str, torch.Tensor]:
+    """`state_dict` (or the net's own weights) as a weights file holds them: on the CPU,
+    contiguous, without a tied output layer (`load_weights` restores it)."""
+    weights = state_dict if state_dict is not None else net.state_dict()
+    weights = {k: v.detach().to("cpu").contiguous() for k, v in weights.items()}
+    if net.config.tie_embeddings:
+        weights.pop("lm_head.weight", None)
+    return weights
+
+
 def save_model_dir(
     directory: str | Path,
     net: Transformer,
@@ -55,10 +67,7 @@ def save_model_dir(
     extra_files: dict[str, Path] | None = None,
 ) -> None:
     """Write a loadable model directory atomically (weights: `state_dict` or the net's own)."""
-    weights = state_dict if state_dict is not None else net.state_dict()
-    weights = {k: v.detach().to("cpu").contiguous() for k, v in weights.items()}
-    if net.config.tie_embeddings:
-        weights.pop("lm_head.weight", None)
+    weights = file_weights(net, state_dict)
     config = {
         "model": to_dict(net.config),
         "paradigm": paradigm_record(paradigm),

@@ -23,6 +23,7 @@ STAGES: dict[str, str] = {
     "prepare": "Generate a task's raw splits (offline) under data/<task>/.",
     "tokenize": "Train a task's tokenizer and encode its splits to fixed-length arrays.",
     "train": "Train one (task, paradigm) model; resumable; writes models/<task>/<paradigm>/.",
+    "curve": "Validation accuracy at every evaluation of a training run (training curves).",
     "evaluate": "Held-out likelihood bound / perplexity of one model; writes metrics/.",
     "bench": "Speed-quality sweep of every paradigm on one answer task (batch 1); results/.",
     "baseline": "The AR model served by transformers and vLLM, side by side with ours; results/.",

@@ -1,5 +1,5 @@
 """Training recipes: ``train.<task>`` (one `TrainConfig` for AR and one for the diffusion
-paradigms, with per-paradigm overrides, and the accuracy curve logged while training), the
+paradigms, with per-paradigm overrides, and the accuracy curve of its evaluations), the
 backbone study's ``backbone`` (its variants and the budget each one gets) and the seed study's
 ``seeds`` (which paradigms are retrained with which seeds)."""
 
@@ -17,7 +17,8 @@ from setdiff.train import TrainConfig
 @frozen
 class CurveConfig:
     """``train.<task>.curve``: answer accuracy at every evaluation, so a reader of the training
-    curves sees whether a paradigm had converged (answer tasks, single-process runs)."""
+    curves sees whether a paradigm had converged (answer tasks, single-process runs). Training
+    keeps each evaluation's weights; the curve stage (`setdiff.stages.curve`) decodes them."""
 
     n_examples: int = 0
     """Validation prompts decoded greedily at each evaluation; 0 = no accuracy curve."""

@@ -45,11 +45,12 @@ def test_stage_deps_cover_its_import_closure(name: str) -> None:
 SAMPLER = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "setdiff/sampling").glob("*.py"))
 
 
-@pytest.mark.parametrize("name", ["prepare", "tokenize"])
-def test_a_sampler_edit_leaves_the_data_stages_alone(name: str) -> None:
+@pytest.mark.parametrize("name", ["prepare", "tokenize", "train_ar", "train"])
+def test_a_sampler_edit_leaves_the_data_and_train_stages_alone(name: str) -> None:
     """DVC re-runs a stage when a dep changes; a sampler file (any of `setdiff/sampling/`) no
-    dep of prepare or tokenize covers leaves them clean (`dvc status`), and those deps are true
-    (the check above): the paradigms sit below the sampler and never import it."""
+    dep of prepare, tokenize or train covers leaves them clean (`dvc status`), and those deps
+    are true (the check above): the paradigms sit below the sampler and never import it, and
+    training keeps its evaluations' weights for the curve stage to decode."""
     assert len(SAMPLER) > 5
     assert uncovered(set(SAMPLER), stages(ROOT)[name]["deps"]) == SAMPLER
 

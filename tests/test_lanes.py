@@ -71,6 +71,10 @@ def test_threads_and_seconds_resolve_as_the_stages_do(tmp_path: Path) -> None:
     assert lanes.stage_threads(params, "train@a-x") == 1
     assert lanes.stage_threads(params, "train@a-y") == 3
     assert lanes.stage_threads(params, "train@b-x") == 0
+    # a curve decodes on its training's threads
+    assert lanes.stage_threads(params, "curve@a-ar") == 2
+    assert lanes.stage_threads(params, "curve@a-x") == 1
+    assert lanes.stage_threads(params, "curve@a-y") == 3
     assert lanes.stage_threads(params, "evaluate@a-x") == 1
     assert lanes.stage_threads(params, "bench@a") == 1
     assert lanes.stage_threads(params, "lossless@a") == 2

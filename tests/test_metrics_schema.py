@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FILES = {
     "evaluate": "metrics/evaluate/*/*.json",
     "train": "metrics/train/*/*.json",
+    "curve": "metrics/curve/*/*.json",
     "textgen": "metrics/textgen/*/*.json",
     "tradeoff": "metrics/tradeoff/*.json",
     "setsize": "metrics/setsize/*.json",

@@ -1,10 +1,12 @@
-"""The train stage: accuracy curves (validation prompts decoded at every evaluation) and
-per-paradigm budgets."""
+"""The train stage and its accuracy curves (each evaluation's weights kept by training, decoded
+on validation prompts by the curve stage), and per-paradigm budgets."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from test_train import copy_task, fresh
 from setdiff.config import ConfigError
 from setdiff.paradigm import make_paradigm
 from setdiff.recipe import TaskTrainConfig
+from setdiff.stages import curve as curve_stage
 from setdiff.stages import prepare, tokenize
 from setdiff.stages import train as train_stage
 from setdiff.train import TrainConfig, train
@@ -48,31 +51,72 @@ def _stage(root: Path, params: dict[str, Any], paradigm: str) -> list[dict[str, 
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
-def test_every_evaluation_records_an_accuracy_with_the_curve_options(
+def _curve(root: Path, params: dict[str, Any], paradigm: str) -> dict[str, Any]:
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    args = ["--params", str(root / "params.yaml"), "--task", "arith", "--root", str(root)]
+    curve_stage.main([*args, "--paradigm", paradigm])
+    return json.loads((root / "metrics" / "curve" / "arith" / f"{paradigm}.json").read_text())
+
+
+def test_every_evaluation_is_kept_and_decoded_by_the_curve_stage_with_its_options(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[tuple[int, dict[str, Any]]] = []
-    original = train_stage.answer_rows
+    original = curve_stage.answer_rows
 
     def spy(model: Any, records: Any, **kw: Any) -> Any:
         records = list(records)
         seen.append((len(records), dict(kw["decode_options"])))
         return original(model, records, **kw)
 
-    monkeypatch.setattr(train_stage, "answer_rows", spy)
+    monkeypatch.setattr(curve_stage, "answer_rows", spy)
     log = _stage(tmp_path, PARAMS, "ar")
     assert [r["step"] for r in log] == [2, 4]
-    assert all(0.0 <= r["accuracy"] <= 1.0 for r in log)
+    assert all("accuracy" not in r for r in log)  # training decodes nothing
+    snapshots = tmp_path / "snapshots" / "arith" / "ar"
+    assert json.loads((snapshots / "steps.json").read_text()) == [2, 4]
+    curve = _curve(tmp_path, PARAMS, "ar")
+    assert [p["step"] for p in curve["points"]] == [2, 4] and curve["n_examples"] == 3
+    assert all(0.0 <= p["accuracy"] <= 1.0 for p in curve["points"])
     assert seen == [(3, {}), (3, {})]  # ar: its defaults
     seen.clear()
     _stage(tmp_path, PARAMS, "aogpt")
+    _curve(tmp_path, PARAMS, "aogpt")
     assert seen == [(3, {"order": "confidence", "window": 2})] * 2
 
 
-def test_without_a_curve_the_log_has_no_accuracy(tmp_path: Path) -> None:
+def test_the_last_snapshot_is_the_model_and_its_point_is_the_model_decoded(
+    tmp_path: Path,
+) -> None:
+    """The snapshots are the weights training evaluated: the last one is the exported model's,
+    so its curve point is the exported model's accuracy on those prompts, decoded as the curve
+    decodes them (as the callback that decoded inside training did)."""
+    from safetensors.torch import load_file
+
+    from setdiff.artifacts import load_model
+    from setdiff.evaluate import SCORING_BATCH, answer_rows
+    from setdiff.tasks import read_records
+
+    _stage(tmp_path, PARAMS, "ar")
+    last = load_file(str(tmp_path / "snapshots" / "arith" / "ar" / "000004.safetensors"))
+    model = load_model(tmp_path / "models" / "arith" / "ar")
+    assert all(torch.equal(model.net.state_dict()[k], v) for k, v in last.items())
+    records = read_records(tmp_path / "data" / "arith" / "raw" / "valid.jsonl", "arith")[:3]
+    rows = answer_rows(
+        model, records, task="arith", seq_len=model.net.config.max_seq_len, decode_options={},
+        show_progress=False, batch_size=SCORING_BATCH,
+    )  # fmt: skip
+    expected = sum(r["exact"] for r in rows) / len(rows)
+    assert _curve(tmp_path, PARAMS, "ar")["points"][-1] == {"step": 4, "accuracy": expected}
+
+
+def test_without_a_curve_nothing_is_kept_and_the_curve_is_empty(tmp_path: Path) -> None:
     params = json.loads(json.dumps(PARAMS))
     del params["train"]["arith"]["curve"]
     assert all("accuracy" not in r for r in _stage(tmp_path, params, "ar"))
+    snapshots = tmp_path / "snapshots" / "arith" / "ar"
+    assert sorted(p.name for p in snapshots.iterdir()) == ["steps.json"]
+    assert _curve(tmp_path, params, "ar")["points"] == []
 
 
 @pytest.mark.parametrize(
@@ -86,15 +130,29 @@ def test_without_a_curve_the_log_has_no_accuracy(tmp_path: Path) -> None:
         ({"n_examples": -1}, r"n_examples must be >= 0"),
     ],
 )
-def test_bad_curve_options_are_refused_before_training(
+def test_bad_curve_options_are_refused_before_any_decoding(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, curve: dict[str, Any], match: str
 ) -> None:
     params = json.loads(json.dumps(PARAMS))
     params["train"]["arith"]["curve"] = curve
     _stage(tmp_path, PARAMS, "ar")  # the AR model the fine-tune starts from
-    monkeypatch.setattr(train_stage, "train", lambda *a, **k: pytest.fail("trained"))
+    _stage(tmp_path, PARAMS, "aogpt")
+    monkeypatch.setattr(curve_stage, "answer_rows", lambda *a, **k: pytest.fail("decoded"))
     with pytest.raises(ConfigError, match=match):
-        _stage(tmp_path, params, "aogpt")
+        _curve(tmp_path, params, "aogpt")
+
+
+def test_the_train_stage_imports_no_sampler() -> None:
+    """Training decodes nothing (the curve stage does): a sampler edit retrains no model."""
+    code = (
+        "import sys; from setdiff.stages import train;"
+        "print(sorted(m for m in sys.modules if m.startswith('setdiff.sampling')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        cwd=Path(__file__).parents[1],
+    ).stdout  # fmt: skip
+    assert out.strip() == "[]"
 
 
 def test_what_on_eval_returns_is_logged_even_when_it_raises(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 `load_run(root)` reads, relative to the run root: ``results/bench/<task>.{csv,json,traces.jsonl}``,
 ``results/baseline/<task>.csv``, ``metrics/tradeoff/<task>.json``,
-``metrics/{evaluate,train,textgen}/<task>/<paradigm>.json``, ``models/<task>/<paradigm>/
+``metrics/{evaluate,train,curve,textgen}/<task>/<paradigm>.json``, ``models/<task>/<paradigm>/
 train_log.jsonl``, ``results/textgen/<task>/<paradigm>.csv``, ``ablations/<task>/trials.csv``,
 ``metrics/{backbone,seeds}/<task>.json``,
 ``params.yaml`` and ``dvc.lock`` (the per-example row files through `reports.inputs.rows`).
@@ -49,6 +49,7 @@ KINDS: dict[str, str] = {
     "evaluate": "metrics/evaluate/<task>/<paradigm>.json",
     "train": "metrics/train/<task>/<paradigm>.json",
     "train_log": "models/<task>/<paradigm>/train_log.jsonl",
+    "curve": "metrics/curve/<task>/<paradigm>.json",
     "textgen_rows": "results/textgen/<task>/<paradigm>.csv",
     "textgen": "metrics/textgen/<task>/<paradigm>.json",
     "trials": "ablations/<task>/trials.csv or ablations/<task>/<study>/study.json",
@@ -198,14 +199,24 @@ def _per_model_json(
 
 
 def _load_train_logs(root: Path, expect: Expected, log: MissingLog) -> pd.DataFrame:
+    """The training logs, with each evaluation's answer accuracy from the curve stage (a log
+    of a run before that stage may carry its own)."""
     frames = []
     for task in expect.tasks:
         for paradigm in expect.paradigms:
             path = f"models/{task}/{paradigm}/train_log.jsonl"
             records, problem = read_jsonl(root / path)
             log.add(path, problem, "train_log")
+            curve_path = f"metrics/curve/{task}/{paradigm}.json"
+            curve, problem = read_metrics(root / curve_path, "curve")
+            log.add(curve_path, problem, "curve", optional=True)
+            points = curve.get("points") if isinstance(curve, dict) else None
             if records:
-                frames.append(pd.DataFrame(records).assign(task=task, paradigm=paradigm))
+                frame = pd.DataFrame(records).assign(task=task, paradigm=paradigm)
+                if points:
+                    accuracy = {p["step"]: p["accuracy"] for p in points}
+                    frame["accuracy"] = frame["step"].map(accuracy)
+                frames.append(frame)
     return concat(frames)
 
 

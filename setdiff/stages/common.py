@@ -72,6 +72,11 @@ def setup_logging() -> None:
     )
 
 
+def snapshot_name(step: int) -> str:
+    """The file of a training snapshot of `step` (`Layout.snapshots`)."""
+    return f"{step:06d}.safetensors"
+
+
 class Layout:
     """Paths of one (task, paradigm) cell under `root`."""
 
@@ -94,6 +99,13 @@ class Layout:
 
     def metrics(self, stage: str) -> Path:
         return self.root / "metrics" / stage / self.task / f"{self.paradigm}.json"
+
+    @property
+    def snapshots(self) -> Path:
+        """The weights of every evaluation of a training run (`setdiff.stages.train`), one
+        `snapshot_name` file each, and ``steps.json``, their steps (the curve stage decodes
+        them)."""
+        return self.root / "snapshots" / self.task / self.paradigm
 
     @property
     def checkpoints(self) -> Path:

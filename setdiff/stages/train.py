@@ -27,23 +27,22 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
-from setdiff.artifacts import LoadedModel, run_id, save_model_dir
+from setdiff.artifacts import file_weights, run_id, save_model_dir
 from setdiff.batching import ArraySplit
 from setdiff.config import ConfigError
 from setdiff.distributed import rank_and_world
-from setdiff.evaluate import SCORING_BATCH, answer_rows
-from setdiff.files import finite_or_none, write_json
+from setdiff.files import atomic_path, finite_or_none, write_json
 from setdiff.initial import INPUT_NAMES, initial_source, initial_weights, inputs_fingerprint
 from setdiff.model import ModelConfig, Transformer
-from setdiff.paradigm import PARADIGMS, Paradigm, make_paradigm
+from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.preset import ModelSpec
 from setdiff.preset import model_config as model_config  # the former helper (tests call it)
 from setdiff.recipe import CurveConfig, TaskTrainConfig
 from setdiff.runtime import host
-from setdiff.sampling.policies import decode_policy
-from setdiff.stages.common import Layout, start
-from setdiff.tasks import ANSWER_TASKS, read_records
+from setdiff.stages.common import Layout, snapshot_name, start
+from setdiff.tasks import ANSWER_TASKS
 from setdiff.tokenizer import Tokenizer, load_tokenizer
 from setdiff.train import TrainConfig, train
 
@@ -85,8 +84,9 @@ def main(argv: list[str]) -> None:
     paradigm = make_paradigm(
         args.paradigm, paradigm_cfg, mask_id=tokenizer.mask_id, attention=config.attention
     )
-    on_eval = _accuracy_curve(recipe.curve, layout, paradigm, net, tokenizer, preset.path)
     rid = run_id(net_config, paradigm_cfg, config, str(source), recipe.curve)
+    snapshots = layout.checkpoints / rid / "snapshots"
+    on_eval = _snapshots(recipe.curve, layout, net, snapshots, preset.path)
     inputs = inputs_fingerprint(train_split, valid_split, layout.tokenizer, source)
     is_main = rank_and_world()[0] == 0
     if is_main:
@@ -119,6 +119,9 @@ def main(argv: list[str]) -> None:
         extra=extra,
         extra_files={"train_log.jsonl": log_path},
     )
+    evaluated = [s for s in range(1, config.steps + 1) if s % config.eval_every == 0]
+    evaluated += [] if config.steps % config.eval_every == 0 else [config.steps]
+    _export_snapshots(snapshots, layout.snapshots, evaluated if on_eval is not None else [])
     # The exported model is the result; the training state was only there to survive a kill.
     shutil.rmtree(layout.checkpoints / rid, ignore_errors=True)
     write_json(
@@ -140,42 +143,33 @@ def main(argv: list[str]) -> None:
     )
 
 
-def _accuracy_curve(
-    curve: CurveConfig,
-    layout: Layout,
-    paradigm: Paradigm,
-    net: Transformer,
-    tokenizer: Tokenizer,
-    params_path: Path | str,
-) -> Callable[[int, float], dict[str, float]] | None:
-    """The `on_eval` callback that decodes ``curve.n_examples`` validation prompts (or None).
-    Its options are checked here, before any training step."""
+def _snapshots(
+    curve: CurveConfig, layout: Layout, net: Transformer, directory: Path, params_path: Path | str
+) -> Callable[[int, float], None] | None:
+    """The `on_eval` callback that keeps the evaluated weights of every evaluation in
+    `directory` (``<step>.safetensors``), for the curve stage to decode (or None: no curve).
+    The decoding is not done here, so that the sampler is no dependency of training."""
     if curve.n_examples == 0 or rank_and_world()[1] > 1:
         return None
-    where = f"{params_path}: train.{layout.task}.curve"
     if layout.task not in ANSWER_TASKS:
+        where = f"{params_path}: train.{layout.task}.curve"
         raise ConfigError(f"{where}.n_examples: task {layout.task!r} has no answers to score")
-    options = dict(curve.decode.get(layout.paradigm, {}))
-    try:
-        decode_policy(paradigm, options)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"{where}.decode.{layout.paradigm}: {err}") from None
-    records = read_records(layout.raw / "valid.jsonl", layout.task)[: curve.n_examples]
-    model = LoadedModel(net=net, paradigm=paradigm, tokenizer=tokenizer, path=layout.model())
 
-    def on_eval(step: int, eval_loss: float) -> dict[str, float]:
-        rows = answer_rows(
-            model,
-            records,
-            task=layout.task,
-            seq_len=net.config.max_seq_len,
-            decode_options=options,
-            show_progress=False,
-            batch_size=SCORING_BATCH,
-        )
-        return {"accuracy": sum(r["exact"] for r in rows) / len(rows)}
+    def on_eval(step: int, eval_loss: float) -> None:
+        with atomic_path(directory / snapshot_name(step)) as tmp:
+            save_file(file_weights(net), str(tmp))
 
     return on_eval
+
+
+def _export_snapshots(directory: Path, out: Path, steps: list[int]) -> None:
+    """The run's snapshots of `steps` (the evaluations; none without a curve) as the stage's
+    `out`, with ``steps.json``."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    for step in steps:
+        shutil.copyfile(directory / snapshot_name(step), out / snapshot_name(step))
+    write_json(out / "steps.json", steps)
 
 
 def _check_vocabulary(net_config: ModelConfig, tokenizer: Tokenizer, task: str) -> None:

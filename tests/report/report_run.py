@@ -248,6 +248,9 @@ def _models(root: Path, task: str, paradigm: str, rng: np.random.Generator) -> N
         root / f"models/{task}/{paradigm}/train_log.jsonl",
         "\n".join(json.dumps(r) for r in log) + "\n",
     )
+    # The curve stage's file; no points: this run decodes no validation prompts while training.
+    curve = {"task": task, "paradigm": paradigm, "n_examples": 0, "points": []}
+    _json(root / f"metrics/curve/{task}/{paradigm}.json", curve)
 
 
 def _textgen(root: Path, paradigm: str, rng: np.random.Generator) -> None:

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from report.report_run import (
     CONFIGS,
@@ -40,6 +41,22 @@ def test_complete_run_has_nothing_missing(derived: Derived) -> None:
     assert set(run.evaluate["paradigm"]) == set(PARADIGMS)
     assert list(run.lock["md5"]) == ["aa11.dir", "bb22"]
     assert run.trials["is_pareto"].dtype == bool
+
+
+def test_the_curve_stage_gives_the_training_logs_their_accuracy(tmp_path: Path) -> None:
+    root = write_run(tmp_path / "run")
+    points = [{"step": 20, "accuracy": 0.25}, {"step": 40, "accuracy": 0.75}]
+    curve = {"task": "arith", "paradigm": "setdlm", "n_examples": 8, "points": points}
+    _json(root / "metrics/curve/arith/setdlm.json", curve)
+    (root / "metrics/curve/arith/mdlm.json").unlink()
+    run = load_run(root)
+    log = run.train_log.set_index(["task", "paradigm", "step"])["accuracy"]
+    assert log.loc["arith", "setdlm"].to_dict() == pytest.approx(
+        {10: float("nan"), 20: 0.25, 30: float("nan"), 40: 0.75}, nan_ok=True
+    )
+    assert log.drop(("arith", "setdlm")).isna().all()  # no points: no accuracy
+    missing = [(m.path, m.kind, m.optional) for m in run.missing if m.kind == "curve"]
+    assert missing == [("metrics/curve/arith/mdlm.json", "curve", True)]
 
 
 def test_tradeoff_is_flattened_with_engines(derived: Derived) -> None:
