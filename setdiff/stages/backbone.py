@@ -1,4 +1,6 @@
-"""DVC stage ``backbone``: which backbone makes AR -> set-diffusion adaptation work.
+"""Backbone study: AR and setdlm accuracy per backbone variant; metrics/.
+
+DVC stage ``backbone``: which backbone makes AR -> set-diffusion adaptation work.
 
 ``setdiff backbone --task arith`` reads ``model.<task>`` (the base shape) and the ``backbone``
 section: named variants (overrides of the base shape, plus ``ar_context_loss``), the set sizes D

@@ -1,4 +1,6 @@
-"""DVC stage ``baseline``: the AR model served by other engines, side by side with our decoder.
+"""The AR model served by transformers and vLLM, side by side with ours; results/.
+
+DVC stage ``baseline``: the AR model served by other engines, side by side with our decoder.
 
 ``setdiff baseline --task arith`` reads ``baseline`` and writes ``results/baseline/<task>.csv``
 (tidy rows, `setdiff.measure` contract) and ``results/baseline/<task>.json`` (which engine ran,

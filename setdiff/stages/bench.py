@@ -1,4 +1,6 @@
-"""DVC stage ``bench``: the speed-quality sweep of every paradigm on one answer task, batch 1,
+"""Speed-quality sweep of every paradigm on one answer task (batch 1); results/.
+
+DVC stage ``bench``: the speed-quality sweep of every paradigm on one answer task, batch 1,
 then the throughput sweep (batched decoding) of chosen configurations.
 
 ``setdiff bench --task arith`` reads ``bench.run``, ``bench.sweep`` and ``decode``; decodes the

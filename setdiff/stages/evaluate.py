@@ -1,4 +1,6 @@
-"""DVC stage ``evaluate``: held-out likelihood bound / perplexity (+ accuracy where answers exist).
+"""Held-out likelihood bound / perplexity of one model; writes metrics/.
+
+DVC stage ``evaluate`` (accuracy too, where the task has answers).
 
 ``setdiff evaluate --task arith --paradigm setdlm`` reads ``evaluate`` and ``decode.<paradigm>``,
 loads ``models/<task>/<paradigm>``, and writes ``metrics/evaluate/<task>/<paradigm>.json``.

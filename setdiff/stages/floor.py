@@ -1,4 +1,6 @@
-"""``setdiff floor``: check the quality floors of a run and record the verdict in metrics/.
+"""Check a task's quality floors (AR >= 0.8, setdlm within 10 points); metrics/.
+
+``setdiff floor``: check the quality floors of a run and record the verdict in metrics/.
 
 Reads ``metrics/evaluate/<task>/{ar,setdlm}.json`` (greedy decoding, tau off) and writes
 ``metrics/floor/<task>.json``: AR exact-match accuracy on the task's test split must be

@@ -1,4 +1,6 @@
-"""DVC stage ``lmeval``: our answer task through lm-evaluation-harness, beside our own scorer.
+"""Answer accuracy through lm-evaluation-harness beside our scorer; metrics/lmeval/.
+
+DVC stage ``lmeval``.
 
 ``setdiff lmeval --task arith`` reads ``lmeval`` and ``decode.<paradigm>`` and evaluates the first
 ``lmeval.n_examples`` test prompts of ``data/<task>/raw/test.jsonl`` with lm-eval's task

@@ -1,4 +1,6 @@
-"""DVC stage ``lossless``: lossless decoders against AR with speculative decoding, batch 1.
+"""Lossless decoders (setdlm verify) against AR + speculative decoding; metrics/.
+
+DVC stage ``lossless``, at batch 1.
 
 ``setdiff lossless --task arith`` reads the ``lossless`` section (`LosslessConfig`). It trains
 the draft model (a small AR model on the task's training split, from scratch, kept in

@@ -1,4 +1,6 @@
-"""DVC stage ``seeds``: the seed variance of every paradigm's accuracy, measured.
+"""Seed variance: diffusion accuracy per training seed, mean and sd; metrics/.
+
+DVC stage ``seeds``: the seed variance of every paradigm's accuracy, measured.
 
 ``setdiff seeds --task arith`` reads the ``seeds`` section (paradigms, training seeds, steps,
 test prompts, extra decodes), ``train.<task>``, ``paradigm.<p>``, ``decode.<p>`` and

@@ -1,4 +1,6 @@
-"""DVC stage ``setsize``: set diffusion's accuracy at other set sizes D than the main run's.
+"""Set size: setdlm/bd3lm fine-tuned at other set sizes D, accuracy; metrics/.
+
+DVC stage ``setsize``: set diffusion's accuracy at other set sizes D than the main run's.
 
 ``setdiff setsize --task arith`` reads the ``setsize`` section (paradigms, set sizes, start,
 steps, lr, decode_main, test prompts), ``train.<task>``, ``paradigm.<p>``, ``decode.<p>`` and

@@ -1,4 +1,6 @@
-"""DVC stage ``textgen``: text quality of one model (verse infilling, unconditional samples).
+"""Text quality: verse infilling and unconditional generation of one model.
+
+DVC stage ``textgen``.
 
 ``setdiff textgen --task text --paradigm setdlm`` reads ``textgen`` and ``decode.<paradigm>``,
 loads ``models/<task>/<paradigm>`` and the judge ``models/<task>/ar``, and writes

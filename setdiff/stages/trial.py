@@ -1,4 +1,6 @@
-"""``setdiff trial``: the command line of one ablation trial, run by the flow as a subprocess.
+"""One ablation trial (train at a reduced budget or load, then decode); result.json.
+
+``setdiff trial``: the command line of one ablation trial, run by the flow as a subprocess.
 
 ``setdiff trial --task arith --spec trial.json --out DIR [--cache DIR]`` reads the preset's
 ``paradigm``, ``decode``, ``train.<task>``, ``model.<task>`` and ``bench.run`` plus the trial spec
