@@ -1,7 +1,14 @@
 """Pipeline stages: each module parses --params and paths, calls the library, writes outputs.
 
 Every module here but `common` is a stage, ``setdiff <name>`` (`setdiff.cli`); its docstring's
-first line is its help line.
+first line is its help line. What a stage owns beyond its command it declares as data in its
+module, so that adding a stage edits no central list:
+
+- ``SECTION = "<key>"``: the top-level params section it owns, and ``check_preset(preset,
+  study)``, its part of preset validation (`setdiff.validate` accepts the key and calls it);
+- ``STUDY = "<key>"``: ``study.<key>`` lists the tasks it runs on (dvc.yaml's ``foreach``),
+  with ``STUDY_TASKS`` (``"answers"`` or ``"stream"``: which tasks it may list) and
+  ``STUDY_PARADIGMS`` (what the study must train when it lists one).
 """
 
 from __future__ import annotations

@@ -49,15 +49,40 @@ from setdiff.bench.throughput import Method, against_best_ar, sweep
 from setdiff.config import ConfigError
 from setdiff.files import write_json, write_text
 from setdiff.measure import Configuration, Row, fingerprint, measure, write_rows
+from setdiff.preset import Preset
 from setdiff.progress import progress_bar
 from setdiff.runtime import setup_torch
 from setdiff.stages.common import start
-from setdiff.tasks import read_records
+from setdiff.study import StudyConfig
+from setdiff.tasks import ANSWER_TASKS, read_records
 
 log = logging.getLogger(__name__)
 
 PARAMS: tuple[str, ...] = ("bench.run", "bench.sweep", "decode", "study")
 """The params keys this stage reads, as its DVC stage lists them (a test checks both)."""
+
+SECTION = "bench"
+"""The params section this stage owns (`check_preset` validates it)."""
+
+
+def check_preset(preset: Preset, study: StudyConfig) -> None:
+    """Preset validation (`setdiff.validate`) of ``bench`` (required): its tasks are study tasks
+    with answers, each configuration of its sweep (and of the throughput sweep) builds a decode
+    policy, and ``n_select`` fits each task's validation split."""
+    path = str(preset.path)
+    run = preset.section("bench.run", BenchRunConfig)
+    configs = configurations(preset.bench_sweep, preset.decode, study.paradigms, path)
+    throughput_configurations(configs, run.throughput.configs, path)
+    for task in preset.bench_tasks:
+        if task not in study.tasks or task not in ANSWER_TASKS:
+            raise ConfigError(
+                f"{path}: bench.tasks: {task!r} must be a study task with "
+                f"answers ({sorted(ANSWER_TASKS)})"
+            )
+        preset.check_counts(task, "bench.run", run, (("n_select", "valid"),))
+    for config in configs:
+        where = f"bench.sweep.{config.paradigm} ({config.label})"
+        preset.check_decode(config.paradigm, config.options, where)
 
 
 def run_throughput(

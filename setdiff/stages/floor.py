@@ -21,6 +21,13 @@ from setdiff.files import write_json
 PARAMS: tuple[str, ...] = ()
 """The params keys this stage reads, as its DVC stage lists them (a test checks both)."""
 
+STUDY = "floor"
+"""``study.floor``: the tasks this stage runs on (``floor@<task>``)."""
+STUDY_TASKS = "answers"
+"""Only tasks with checkable answers."""
+STUDY_PARADIGMS = ("ar", "setdlm")
+"""Its floors are AR's accuracy and setdlm's gap to it."""
+
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(
