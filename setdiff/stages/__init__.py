@@ -8,7 +8,9 @@ module, so that adding a stage edits no central list:
   study)``, its part of preset validation (`setdiff.validate` accepts the key and calls it);
 - ``STUDY = "<key>"``: ``study.<key>`` lists the tasks it runs on (dvc.yaml's ``foreach``),
   with ``STUDY_TASKS`` (``"answers"`` or ``"stream"``: which tasks it may list) and
-  ``STUDY_PARADIGMS`` (what the study must train when it lists one).
+  ``STUDY_PARADIGMS`` (what the study must train when it lists one);
+- ``THREADS = ("<key>.threads", ...)``: the threads it computes on (`flows.lanes` reads them
+  from the source, to run it beside other stages).
 """
 
 from __future__ import annotations

@@ -63,6 +63,8 @@ PARAMS: tuple[str, ...] = ("bench.run", "bench.sweep", "decode", "study")
 
 SECTION = "bench"
 """The params section this stage owns (`check_preset` validates it)."""
+THREADS = ("bench.run.threads",)
+"""The params key of the threads it computes on (`flows.lanes` gives it as many cores)."""
 
 
 def check_preset(preset: Preset, study: StudyConfig) -> None:

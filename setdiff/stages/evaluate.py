@@ -26,6 +26,9 @@ PARAMS: tuple[str, ...] = ("evaluate", "decode.{paradigm}")
 """The params keys this stage reads, as its DVC stage lists them (a test checks both);
 ``{task}`` and ``{paradigm}`` stand for the stage's arguments."""
 
+THREADS = ("evaluate.threads",)
+"""The params key of the threads it computes on (`flows.lanes` gives it as many cores)."""
+
 
 def main(argv: list[str]) -> None:
     from setdiff.runtime import setup_torch

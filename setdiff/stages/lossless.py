@@ -60,6 +60,9 @@ PARAMS: tuple[str, ...] = ("lossless",)
 
 SECTION = "lossless"
 """The params section this stage owns (`check_preset` validates it)."""
+THREADS = ("lossless.threads", "lossless.draft_train.threads")
+"""Params keys of the threads it computes on: the draft's training, then the decoders
+(`flows.lanes` gives it the wider as its cores)."""
 STUDY = "lossless"
 """``study.lossless``: the tasks this stage runs on (``lossless@<task>``)."""
 STUDY_TASKS = "answers"

@@ -40,6 +40,8 @@ PARAMS: tuple[str, ...] = ("setsize", "train.{task}", "paradigm", "decode", "mod
 
 SECTION = "setsize"
 """The params section this stage owns (`check_preset` validates it)."""
+THREADS = ("setsize.threads",)
+"""The params key of the threads it computes on (`flows.lanes` gives it as many cores)."""
 STUDY = "setsize"
 """``study.setsize``: the tasks this stage runs on (``setsize@<task>``)."""
 STUDY_TASKS = "answers"

@@ -58,6 +58,8 @@ PARAMS: tuple[str, ...] = ("textgen", "decode.{paradigm}")
 
 SECTION = "textgen"
 """The params section this stage owns (`check_preset` validates it)."""
+THREADS = ("textgen.threads",)
+"""The params key of the threads it computes on (`flows.lanes` gives it as many cores)."""
 STUDY = "textgen"
 """``study.textgen``: the tasks this stage runs on (``textgen@<task>-<paradigm>``)."""
 STUDY_TASKS = "stream"
