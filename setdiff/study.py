@@ -3,8 +3,8 @@
 Besides the tasks and paradigms every stage shares, ``study`` holds one task list per stage that
 runs on some tasks only (``study.<name>``: dvc.yaml's ``foreach: ${study.<name>}``). Each such
 stage declares its list in its module (``STUDY``, and what the list may hold: see
-`setdiff.stages`), and `setdiff.validate` checks it there; this record keeps every list within
-``tasks`` and needs no field for a new stage.
+`setdiff.stages`) and `setdiff.validate` checks the list against that; this record keeps every
+list within ``tasks`` and needs no field for a new stage.
 """
 
 from __future__ import annotations
