@@ -5,9 +5,10 @@ fine-tunes and through most of the evaluation that follows. ``python -m flows.la
 run`` calls it before ``dvc repro``, which then finds nothing to do) runs the same stages in
 DAG order, as many at a time as their threads fit the usable cores:
 
-- each stage takes its `threads` cores (`stage_threads`: the ``threads`` of its params section;
-  0 = torch's default, all cores); a stage that starts servers or worker pools of its own
-  (``baseline``, ``lmeval``, ``ablate``) or that this module does not know runs alone;
+- each stage takes its `threads` cores (`stage_threads`: the params keys its module declares
+  in ``THREADS``, read with `ast`; 0 = torch's default, all cores); a stage that starts servers
+  or worker pools of its own (``baseline``, ``lmeval``, ``ablate``) or that declares no threads
+  runs alone;
 - a stage starts once every stage upstream of it has ended; among those ready, the one with the
   longest chain of work behind it first (the committed ``metrics/train`` seconds, else
   `DEFAULT_SECONDS`), and a narrower one fills a core the first cannot use;
@@ -21,12 +22,13 @@ neighbour's load hits all of them alike), so the lanes change wall time, not res
 stage starts nothing new; the running ones finish and are recorded; the run exits 1 naming the
 stage and its log. Plain ``dvc repro`` gives the same outputs, one stage at a time.
 Orchestration only: no torch, no setdiff import; stages, edges and params are read from DVC and
-``params.yaml``.
+``params.yaml``, and each stage's ``THREADS`` from its module's source.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import json
 import os
@@ -44,14 +46,8 @@ DVC = (sys.executable, "-m", "dvc")
 LOG_DIR = Path(".dvc") / "tmp" / "lanes"
 ALONE = frozenset({"baseline", "lmeval", "ablate"})
 """Stage groups that start processes of their own (vLLM servers, Dask workers): all cores."""
-SECTION = {
-    "evaluate": ("evaluate",),
-    "textgen": ("textgen",),
-    "bench": ("bench", "run"),
-    "lossless": ("lossless",),
-    "setsize": ("setsize",),
-}
-"""Stage group -> the params section whose ``threads`` it runs on."""
+STAGES = Path(__file__).resolve().parents[1] / "setdiff" / "stages"
+"""The stage modules (``THREADS``, read with `ast` by `declared_threads`)."""
 ONE = frozenset({"prepare", "tokenize", "floor", "tradeoff", "summary", "report"})
 """Stage groups that read and write files, single-threaded (no torch compute to speak of)."""
 DEFAULT_SECONDS = 60.0
@@ -92,8 +88,24 @@ def _split(stage: str) -> tuple[str, str, str]:
     return group, task, paradigm
 
 
-def stage_threads(params: Mapping[str, Any], stage: str) -> int | None:
-    """Threads `stage` runs on as its command resolves them (0 = all cores); None = alone."""
+def declared_threads(stages: Path = STAGES) -> dict[str, tuple[str, ...]]:
+    """Stage -> the params keys of the threads it computes on: the ``THREADS`` its module
+    declares (``setdiff/stages/<stage>.py``), read with `ast` (this module imports no setdiff)."""
+    found: dict[str, tuple[str, ...]] = {}
+    for path in sorted(stages.glob("*.py")):
+        for node in ast.parse(path.read_text(), filename=str(path)).body:
+            if not isinstance(node, ast.Assign):
+                continue
+            if any(isinstance(t, ast.Name) and t.id == "THREADS" for t in node.targets):
+                found[path.stem] = tuple(ast.literal_eval(node.value))
+    return found
+
+
+def stage_threads(
+    params: Mapping[str, Any], stage: str, threads: Mapping[str, tuple[str, ...]] | None = None
+) -> int | None:
+    """Threads `stage` runs on as its command resolves them (0 = all cores); None = alone.
+    `threads`: `declared_threads` (read once by the caller; by default, here)."""
     group, task, paradigm = _split(stage)
     if group in ONE:
         return 1
@@ -103,16 +115,19 @@ def stage_threads(params: Mapping[str, Any], stage: str) -> int | None:
             return int((recipe.get("ar") or {}).get("threads", 0))
         override = (recipe.get("paradigms") or {}).get(paradigm) or {}
         return int(override.get("threads", (recipe.get("diffusion") or {}).get("threads", 0)))
-    if group in SECTION:
-        section: Any = params
-        for key in SECTION[group]:
-            section = (section or {}).get(key)
-        threads = int((section or {}).get("threads", 0))
-        if group == "lossless":
-            draft = int(((section or {}).get("draft_train") or {}).get("threads", 0))
-            threads = 0 if 0 in (threads, draft) else max(threads, draft)
-        return threads
+    keys = (declared_threads() if threads is None else threads).get(group)
+    if keys:  # several: the widest (0, all cores, is the widest)
+        widths = [int(_lookup(params, key) or 0) for key in keys]
+        return 0 if 0 in widths else max(widths)
     return None
+
+
+def _lookup(params: Mapping[str, Any], dotted: str) -> Any:
+    """The value at `dotted` (``bench.run.threads``), or None where a key is missing."""
+    node: Any = params
+    for key in dotted.split("."):
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node
 
 
 def stage_seconds(root: Path, stage: str) -> float:
@@ -231,11 +246,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = _dvc(root, "stage", "list", "--name-only").split()
     edges = edges_from_dot(_dvc(root, "dag", "--dot"))
     n_cores = cores() if args.cores is None else args.cores
+    declared = declared_threads(root / "setdiff" / "stages")
     try:
         todo = plan(
             names,
             edges,
-            {s: stage_threads(params, s) for s in names},
+            {s: stage_threads(params, s, declared) for s in names},
             {s: stage_seconds(root, s) for s in names},
             n_cores,
         )

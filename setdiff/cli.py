@@ -1,8 +1,9 @@
-"""The `setdiff` command: one sub-command per pipeline stage, mapped in one dict.
+"""The `setdiff` command: one sub-command per pipeline stage, found, not listed.
 
-Each stage lives in `setdiff/stages/<name>.py` and exposes `main(argv) -> None`; DVC calls
-these through this dispatcher (``setdiff <stage> ...``); tools (`MODULES`) work the same way.
-`setdiff <stage> --help` explains a stage.
+Each stage lives in `setdiff/stages/<name>.py` and exposes `main(argv) -> None`; every module
+there is a sub-command (`setdiff.stages.stage_names`), its docstring's first line its help line.
+DVC calls these through this dispatcher (``setdiff <stage> ...``); tools (`MODULES`) work the
+same way. `setdiff <stage> --help` explains a stage.
 
 Bad input (a `ConfigError` or other `ValueError`, a missing file, a full disk) is reported as one
 line, ``error: <message>``, with exit status 2; ``--debug`` or ``SETDIFF_DEBUG=1`` shows the
@@ -11,45 +12,43 @@ traceback instead. Any other exception is an internal error and keeps its traceb
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import errno
 import importlib
+import importlib.util
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
-STAGES: dict[str, str] = {
-    "preset": "Write params.yaml from params/<name>.yaml (switch the active preset).",
-    "prepare": "Generate a task's raw splits (offline) under data/<task>/.",
-    "tokenize": "Train a task's tokenizer and encode its splits to fixed-length arrays.",
-    "train": "Train one (task, paradigm) model; resumable; writes models/<task>/<paradigm>/.",
-    "curve": "Validation accuracy at every evaluation of a training run (training curves).",
-    "evaluate": "Held-out likelihood bound / perplexity of one model; writes metrics/.",
-    "bench": "Speed-quality sweep of every paradigm on one answer task (batch 1); results/.",
-    "baseline": "The AR model served by transformers and vLLM, side by side with ours; results/.",
-    "tradeoff": "Headline speed ratios at matched accuracy, with bootstrap CIs; metrics/.",
-    "floor": "Check a task's quality floors (AR >= 0.8, setdlm within 10 points); metrics/.",
-    "trial": "One ablation trial (train at a reduced budget or load, then decode); result.json.",
-    "promote": "Write an ablation study's Pareto configurations into params/<preset>.yaml.",
-    "textgen": "Text quality: verse infilling and unconditional generation of one model.",
-    "lmeval": "Answer accuracy through lm-evaluation-harness beside our scorer; metrics/lmeval/.",
-    "backbone": "Backbone study: AR and setdlm accuracy per backbone variant; metrics/.",
-    "seeds": "Seed variance: diffusion accuracy per training seed, mean and sd; metrics/.",
-    "setsize": "Set size: setdlm/bd3lm fine-tuned at other set sizes D, accuracy; metrics/.",
-    "lossless": "Lossless decoders (setdlm verify) against AR + speculative decoding; metrics/.",
-    "summary": "Headline numbers of a run (--write: record metrics/summary.json); ends make run.",
-    "dvc-deps": "Check (--check) or write (--write) dvc.yaml's code deps: each stage's imports.",
-}
+from setdiff.stages import stage_names
 
 MODULES: dict[str, str] = {"dvc-deps": "setdiff.dvcdeps"}
 """Sub-commands that are tools, not stages (a stage is `setdiff.stages.<name>`)."""
 
 
+def commands() -> dict[str, str]:
+    """Sub-command -> module: every stage (`setdiff.stages.stage_names`), then the tools."""
+    return {**{name: f"setdiff.stages.{name}" for name in stage_names()}, **MODULES}
+
+
+def help_line(module: str) -> str:
+    """The first line of `module`'s docstring, read with `ast` (importing every stage to print
+    the help would load torch)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError(f"setdiff: no module {module}")
+    doc = ast.get_docstring(ast.parse(Path(spec.origin).read_text())) or ""
+    return doc.partition("\n")[0]
+
+
 def main(argv: list[str] | None = None) -> None:
     argv, debug = debug_flag(sys.argv[1:] if argv is None else argv)
+    known = commands()
     if not argv or argv[0] in ("-h", "--help"):
-        width = max(map(len, STAGES))
-        lines = [f"  {name:<{width}}  {text}" for name, text in STAGES.items()]
+        width = max(map(len, known))
+        lines = [f"  {name:<{width}}  {help_line(module)}" for name, module in known.items()]
         print(
             "usage: setdiff [--debug] <stage> [--help] [options]\n\nstages:\n"
             + "\n".join(lines)
@@ -57,9 +56,9 @@ def main(argv: list[str] | None = None) -> None:
         )
         return
     name, rest = argv[0], argv[1:]
-    if name not in STAGES:
-        sys.exit(f"setdiff: unknown stage {name!r}; choose one of {', '.join(STAGES)}")
-    module = importlib.import_module(MODULES.get(name, f"setdiff.stages.{name}"))
+    if name not in known:
+        sys.exit(f"setdiff: unknown stage {name!r}; choose one of {', '.join(known)}")
+    module = importlib.import_module(known[name])
     with user_errors(debug):
         module.main(rest)
 

@@ -5,7 +5,8 @@ Every number that can change a result lives in a frozen, keyword-only dataclass.
 types with an error that names the key and the file it came from. A field's own bounds are
 declared in its type (``threads: Threads = 0``, ``lr: Annotated[float, Bounds(gt=0)]``) and
 checked by `build`, naming the key; rules across fields live in each record's `__post_init__`;
-derived values are methods. Nothing here reads files.
+derived values are methods. A record whose section also holds keys it cannot name in advance (one
+per stage, say) gathers them in one `rest` field. Nothing here reads files.
 """
 
 from __future__ import annotations
@@ -26,6 +27,22 @@ frozen = dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 
 class ConfigError(ValueError):
     """A params value is missing, unknown or invalid. The message names the key and the file."""
+
+
+def rest() -> Any:
+    """A ``Mapping[str, X]`` field that takes every key of the section naming no other field,
+    each typed as X and named in errors as it sits in the section (``study.floor``, not
+    ``study.<field>.floor``); `to_dict` writes them back beside the other fields. At most one
+    per record; its record then refuses no key (whoever knows the valid ones checks them)."""
+    return dataclasses.field(default_factory=_empty, metadata={"rest": True})
+
+
+def _empty() -> Mapping[str, Any]:
+    return types.MappingProxyType({})
+
+
+def _is_rest(field: dataclasses.Field[Any]) -> bool:
+    return bool(field.metadata.get("rest"))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -92,16 +109,25 @@ def build(cls: type[T], mapping: Any, where: str = "params") -> T:
     """
     if not isinstance(mapping, Mapping):
         raise ConfigError(f"{where}: expected a mapping for {cls.__name__}, got {mapping!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    every = dataclasses.fields(cls)  # type: ignore[arg-type]
+    fields = {f.name: f for f in every if not _is_rest(f)}
+    rest_name = next((f.name for f in every if _is_rest(f)), None)
     unknown = sorted(set(mapping) - set(fields))
-    if unknown:
+    if unknown and rest_name is None:
         raise ConfigError(
             f"{where}: unknown key(s) {unknown} for {cls.__name__}; known: {sorted(fields)}"
         )
     hints = typing.get_type_hints(cls, include_extras=True)
-    kwargs = {}
+    rest_item = get_args(hints[rest_name])[1] if rest_name is not None else None
+    kwargs: dict[str, Any] = {}
+    others: dict[str, Any] = {}
     for name, value in mapping.items():
-        kwargs[name] = _coerce(hints[name], value, f"{where}.{name}")
+        if name in fields:
+            kwargs[name] = _coerce(hints[name], value, f"{where}.{name}")
+        else:  # an entry of the `rest` field
+            others[name] = _coerce(rest_item, value, f"{where}.{name}")
+    if rest_name is not None:
+        kwargs[rest_name] = types.MappingProxyType(others)
     missing = [
         n
         for n, f in fields.items()
@@ -188,7 +214,11 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
 def to_dict(config: Any) -> Any:
     """The inverse of `build`: a plain, YAML/JSON-serialisable structure."""
     if dataclasses.is_dataclass(config):
-        return {f.name: to_dict(getattr(config, f.name)) for f in dataclasses.fields(config)}
+        out: dict[str, Any] = {}
+        for field in dataclasses.fields(config):
+            value = to_dict(getattr(config, field.name))
+            out.update(value if _is_rest(field) else {field.name: value})
+        return out
     if isinstance(config, Mapping):
         return {k: to_dict(v) for k, v in config.items()}
     if isinstance(config, tuple | list):

@@ -1,4 +1,6 @@
-"""``setdiff dvc-deps``: dvc.yaml's code deps, generated from each stage's import closure.
+"""Check (--check) or write (--write) dvc.yaml's code deps: each stage's imports.
+
+``setdiff dvc-deps``: dvc.yaml's code deps, generated from each stage's import closure.
 
 A stage's code deps are exactly the repository files its command imports, directly or not
 (`import_closure`: computed statically with `ast`, imports inside functions included, parent

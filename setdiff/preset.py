@@ -7,7 +7,10 @@ config record that types it: ``preset.section(f"train.{task}", TaskTrainConfig)`
 stage's source names exactly the keys DVC tracks for it; tests/test_params.py checks the two
 agree). The sections every stage shares are typed here: ``study``, ``data.seed``,
 ``data.<task>``, ``model.<task>`` (a `ModelSpec`), ``paradigm.<name>``, ``decode.<name>``,
-``bench.tasks`` and ``bench.sweep``. Every error names the params file and the dotted key.
+``bench.tasks`` and ``bench.sweep``. Every error names the params file and the dotted key. A check
+sections share lives here too (`Preset.check_counts`), for `setdiff.validate` and the stages'
+own ``check_preset`` (decode options are checked by `setdiff.sampling.policies.check_decode`:
+the sampler is no dependency of the stages that do not decode).
 
 Why a stage passes its own config class: this module then imports none of the stages' configs,
 so a stage's DVC deps (the modules it imports) stay its own, and editing, say, the textgen
@@ -27,6 +30,7 @@ preset on a CPU machine, ``setdiff promote``).
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -189,6 +193,24 @@ class Preset:
         if head in _KEYED and rest:
             return getattr(self, head)(rest)
         raise ConfigError(f"{self.path}: {key}: give the config class that types this section")
+
+    def check_counts(
+        self, task: str, key: str, record: Any, counts: tuple[tuple[str, str], ...]
+    ) -> None:
+        """Each ``(field, split)`` of `record` (the section at `key`) is at most the size of
+        `task`'s split where the preset fixes it (``data.<task>.n_<split>``): more examples than
+        a split holds, or a batch larger than the train split, is a typo that fails or silently
+        runs on fewer. (The counts of sections shared by all tasks, such as
+        ``evaluate.n_likelihood``, are caps: each task takes at most that many and records how
+        many it took.)"""
+        sizes = to_dict(self.data(task))
+        for field, split in counts:
+            size, value = sizes.get(f"n_{split}"), operator.attrgetter(field)(record)
+            if size is not None and value > size:
+                raise ConfigError(
+                    f"{self.path}: {key}.{field}: {value} is more than the {size} {split} "
+                    f"examples of data.{task} (n_{split})"
+                )
 
     def digest(self, *keys: str) -> str:
         """`run_id` of the raw sections at `keys` (the params hash recorded in fingerprints)."""

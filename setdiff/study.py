@@ -1,10 +1,20 @@
-"""What a preset studies: the cells the pipeline runs (``study``)."""
+"""What a preset studies: the cells the pipeline runs (``study``).
+
+Besides the tasks and paradigms every stage shares, ``study`` holds one task list per stage that
+runs on some tasks only (``study.<name>``: dvc.yaml's ``foreach: ${study.<name>}``). Each such
+stage declares its list in its module (``STUDY``, and what the list may hold: see
+`setdiff.stages`) and `setdiff.validate` checks the list against that; this record keeps every
+list within ``tasks`` and needs no field for a new stage.
+"""
 
 from __future__ import annotations
 
-from setdiff.config import check, frozen
+from collections.abc import Mapping
+from pathlib import Path
+
+from setdiff.config import ConfigError, check, frozen, rest
 from setdiff.paradigm import PARADIGMS
-from setdiff.tasks import TASK_LAYOUTS, check_task
+from setdiff.tasks import check_task
 
 
 @frozen
@@ -20,21 +30,9 @@ class StudyConfig:
     a list (``paradigms`` minus ``ar``); the alternative, one copy of each per-paradigm stage for
     ``ar`` and one for the rest, would duplicate their dependency lists. `__post_init__` refuses
     any value other than the derived one, so the two lists cannot drift apart."""
-    floor: tuple[str, ...] = ()
-    """Answer tasks whose quality floors (AR accuracy, setdlm gap) are checked: ``floor@<task>``."""
-    ablate: tuple[str, ...] = ()
-    """Answer tasks the Optuna ablation (``ablation`` section) runs on: ``ablate@<task>``."""
-    textgen: tuple[str, ...] = ()
-    """Text tasks judged for infilling and unconditional generation: ``textgen@<task>-<p>``."""
-    backbone: tuple[str, ...] = ()
-    """Answer tasks the backbone study (``backbone`` section) runs on: ``backbone@<task>``."""
-    seeds: tuple[str, ...] = ()
-    """Answer tasks the seed-variance study (``seeds`` section) runs on: ``seeds@<task>``."""
-    setsize: tuple[str, ...] = ()
-    """Answer tasks the set-size study (``setsize`` section) runs on: ``setsize@<task>``."""
-    lossless: tuple[str, ...] = ()
-    """Answer tasks whose lossless decoders (setdlm verify, AR + speculative decoding; the
-    ``lossless`` section) are compared: ``lossless@<task>``."""
+    stage_tasks: Mapping[str, tuple[str, ...]] = rest()
+    """Every other key of ``study``: a stage's task list (``floor: [arith]`` runs
+    ``floor@arith``), named by the stage's ``STUDY``; `setdiff.validate` refuses any other key."""
 
     def __post_init__(self) -> None:
         check(len(self.tasks) > 0, "tasks must not be empty")
@@ -48,13 +46,17 @@ class StudyConfig:
             list(self.diffusion) == expected,
             f"diffusion must list paradigms without ar, in order: {expected}",
         )
-        for name in ("floor", "ablate", "textgen", "backbone", "seeds", "setsize", "lossless"):
-            outside = [t for t in getattr(self, name) if t not in self.tasks]
+        for name, listed in self.stage_tasks.items():
+            outside = [t for t in listed if t not in self.tasks]
             check(not outside, f"{name}: {outside} not in tasks {list(self.tasks)}")
-        for name in ("floor", "lossless"):
-            check(
-                not getattr(self, name) or {"ar", "setdlm"} <= set(self.paradigms),
-                f"{name} compares ar and setdlm: both must be in paradigms",
-            )
-        streams = [t for t in self.textgen if TASK_LAYOUTS[t] != "stream"]
-        check(not streams, f"textgen: {streams} are not text (stream) tasks")
+
+    def tasks_for(self, stage: str) -> tuple[str, ...]:
+        """``study.<stage>``: the tasks that stage runs on (none when the key is absent)."""
+        return self.stage_tasks.get(stage, ())
+
+    def check_trained(self, listed: tuple[str, ...], path: Path, where: str) -> None:
+        """Refuse paradigms `listed` at `where` (``seeds.paradigms``) that the study does not
+        train (``study.paradigms``)."""
+        outside = [p for p in listed if p not in self.paradigms]
+        if outside:
+            raise ConfigError(f"{path}: {where}: {outside} not in study.paradigms")

@@ -1,175 +1,41 @@
 """Preset validation: every section of a full preset built before any compute, and cross-section
-rules (bench and lmeval tasks must be study tasks with answers, decode options must build a
-policy, a task's training batch and validation counts fit in its splits). It checks the file,
-not this machine (devices are checked where a stage reads them, `setdiff.preset.load_preset`).
-The ``preset`` and ``promote`` stages run it; it is the one module that imports every stage's
-config record (each stage imports only its own, see `setdiff.preset`)."""
+rules (decode options must build a policy, a task's training batch and validation counts fit in
+its splits). It checks the file, not this machine (devices are checked where a stage reads them,
+`setdiff.preset.load_preset`). The ``preset`` and ``promote`` stages run it.
+
+This module checks the sections many stages share (`CORE`). Every other top-level key is one
+stage's own section, and every ``study`` key but tasks, paradigms and diffusion is one stage's
+task list: each stage declares them in its module (``SECTION``, ``STUDY``, ``STUDY_TASKS``,
+``STUDY_PARADIGMS``; see `setdiff.stages`) and checks its section in ``check_preset``. Here the
+stage modules are found (`setdiff.stages.stage_names`) and imported when a preset is validated,
+never statically: each stage imports only its own config records (see `setdiff.preset`), so its
+DVC deps stay its own.
+"""
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Mapping
-from typing import Any
+import dataclasses
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Literal
 
-from setdiff.ablation.space import validate_ablation
-from setdiff.baselines.config import BaselineConfig
-from setdiff.bench.config import BenchRunConfig, configurations, throughput_configurations
-from setdiff.bench.lossless import LosslessConfig, check_windows
-from setdiff.config import ConfigError, to_dict
+from setdiff.config import ConfigError
 from setdiff.evaluate import EvalConfig
-from setdiff.lmeval.config import LmevalConfig
 from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.params import Params
 from setdiff.preset import Preset
-from setdiff.recipe import (
-    BackboneStudyConfig,
-    SeedStudyConfig,
-    SetSizeStudyConfig,
-    TaskTrainConfig,
-)
-from setdiff.sampling.policies import decode_policy
+from setdiff.recipe import TaskTrainConfig
+from setdiff.sampling.policies import check_decode
+from setdiff.stages import stage_names
 from setdiff.study import StudyConfig
-from setdiff.tasks import ANSWER_TASKS, DataConfig
-from setdiff.textgen import TextGenConfig
+from setdiff.tasks import ANSWER_TASKS, TASK_LAYOUTS, DataConfig
 from setdiff.tokenizer import TokenizerConfig
 
-TOP_LEVEL = (
-    "preset",
-    "study",
-    "data",
-    "tokenizer",
-    "model",
-    "paradigm",
-    "train",
-    "evaluate",
-    "decode",
-    "bench",
-    "textgen",
-    "baseline",
-    "ablation",
-    "backbone",
-    "seeds",
-    "setsize",
-    "lossless",
-    "lmeval",
-)
-"""Every top-level key a preset may hold (each is read by some stage)."""
+CORE = ("preset", "study", "data", "tokenizer", "model", "paradigm", "train", "evaluate", "decode")
+"""Top-level keys checked here; the others a preset may hold are the stages' ``SECTION``s."""
 
-
-def validate(params: Params | Preset) -> StudyConfig:
-    """Build every section of a preset; raise `ConfigError` naming the first bad key."""
-    preset = params if isinstance(params, Preset) else Preset(params)
-    path = preset.path
-    unknown = sorted(set(preset.params) - set(TOP_LEVEL))
-    if unknown:
-        raise ConfigError(f"{path}: unknown top-level key(s) {unknown}; known {TOP_LEVEL}")
-    study = preset.study
-    preset.params.section("data", DataConfig)
-    preset.section("evaluate", EvalConfig)
-    for task in study.tasks:
-        if preset.params.get_path("data").get(task) is None:
-            raise ConfigError(f"{path}: data.{task} is missing (study.tasks lists {task})")
-        preset.section(f"tokenizer.{task}", TokenizerConfig)
-        model = preset.model(task)
-        if model.pretrained is None:  # a checkpoint is only read by its stages
-            model.config(vocab_size=8, seq_len=8)
-        recipe = preset.section(f"train.{task}", TaskTrainConfig)
-        _check_counts(preset, task, f"train.{task}", recipe, _RECIPE_COUNTS)
-    for name in study.paradigms:
-        _check_decode(preset, name, preset.decode(name), f"decode.{name}")
-    answer_only = [
-        t
-        for name in ("floor", "ablate", "backbone", "seeds", "setsize", "lossless")
-        for t in getattr(study, name)
-        if t not in ANSWER_TASKS
-    ]
-    if answer_only:
-        raise ConfigError(
-            f"{path}: study.floor/ablate/backbone/seeds/setsize/lossless: {answer_only} have no "
-            f"checkable answers ({sorted(ANSWER_TASKS)})"
-        )
-    if "backbone" in preset or study.backbone:
-        preset.section("backbone", BackboneStudyConfig)
-    if "seeds" in preset or study.seeds:
-        _validate_retrain(preset, study, "seeds", SeedStudyConfig)
-    if "setsize" in preset or study.setsize:
-        _validate_retrain(preset, study, "setsize", SetSizeStudyConfig)
-    if "lossless" in preset or study.lossless:
-        lossless = preset.section("lossless", LosslessConfig)
-        if study.lossless:
-            check_windows(lossless, preset.paradigm("setdlm"), str(path))
-    if study.ablate and "ablation" not in preset:
-        raise ConfigError(f"{path}: study.ablate lists {list(study.ablate)}: add ablation")
-    _validate_bench(preset, study)
-    preset.section("baseline", BaselineConfig)
-    if study.textgen:
-        preset.section("textgen", TextGenConfig)
-    _validate_lmeval(preset, study)
-    if "ablation" in preset:
-        steps = validate_ablation(preset.params, study).budget.train_steps
-        for task, name in ((t, p) for t in study.ablate for p in study.diffusion):
-            warmup = (
-                preset.section(f"train.{task}", TaskTrainConfig).for_paradigm(name).warmup_steps
-            )
-            if steps < warmup:  # a trial fine-tunes with its recipe, for train_steps
-                raise ConfigError(
-                    f"{path}: ablation.budget.train_steps: {steps} < the warmup_steps {warmup} "
-                    f"of train.{task} ({name})"
-                )
-    extra = sorted(set(preset.params.get_path("paradigm")) - set(PARADIGMS))
-    if extra:
-        raise ConfigError(f"{path}: paradigm: unknown paradigm(s) {extra}")
-    return study
-
-
-def _check_decode(preset: Preset, name: str, options: Mapping[str, Any], where: str) -> None:
-    paradigm = make_paradigm(name, preset.paradigm(name), mask_id=0)
-    try:
-        decode_policy(paradigm, dict(options))
-    except ValueError as err:
-        raise ConfigError(f"{preset.path}: {where}: {err}") from None
-
-
-def _validate_retrain(
-    preset: Preset, study: StudyConfig, key: str, cls: type[SeedStudyConfig | SetSizeStudyConfig]
-) -> None:
-    """``seeds`` / ``setsize`` (required when ``study.<key>`` lists a task): its paradigms are
-    trained ones."""
-    section = preset.section(key, cls)
-    outside = [p for p in section.paradigms if p not in study.paradigms]
-    if outside:
-        raise ConfigError(f"{preset.path}: {key}.paradigms: {outside} not in study.paradigms")
-
-
-def _validate_lmeval(preset: Preset, study: StudyConfig) -> None:
-    """``lmeval`` (required by dvc.yaml's ``foreach: ${lmeval.tasks}``; ``tasks: []`` = off)."""
-    lmeval = preset.section("lmeval", LmevalConfig)
-    bad = [t for t in lmeval.tasks if t not in study.tasks or t not in ANSWER_TASKS]
-    if bad:
-        raise ConfigError(
-            f"{preset.path}: lmeval.tasks: {bad} must be study tasks with answers "
-            f"({sorted(ANSWER_TASKS)})"
-        )
-    outside = [p for p in lmeval.paradigms if p not in study.paradigms]
-    if outside:
-        raise ConfigError(f"{preset.path}: lmeval.paradigms: {outside} not in study.paradigms")
-
-
-def _validate_bench(preset: Preset, study: StudyConfig) -> None:
-    run = preset.section("bench.run", BenchRunConfig)
-    configs = configurations(preset.bench_sweep, preset.decode, study.paradigms, str(preset.path))
-    throughput_configurations(configs, run.throughput.configs, str(preset.path))
-    for task in preset.bench_tasks:
-        if task not in study.tasks or task not in ANSWER_TASKS:
-            raise ConfigError(
-                f"{preset.path}: bench.tasks: {task!r} must be a study task with "
-                f"answers ({sorted(ANSWER_TASKS)})"
-            )
-        _check_counts(preset, task, "bench.run", run, (("n_select", "valid"),))
-    for config in configs:
-        where = f"bench.sweep.{config.paradigm} ({config.label})"
-        _check_decode(preset, config.paradigm, config.options, where)
-
+STUDY_FIELDS = ("tasks", "paradigms", "diffusion")
+"""``study`` keys every stage shares (`StudyConfig` fields); the others are stages' ``STUDY``."""
 
 _RECIPE_COUNTS = (
     ("ar.batch_size", "train"),
@@ -181,20 +47,113 @@ _RECIPE_COUNTS = (
 """``train.<task>`` fields that count examples of a split of the task (a batch draws from train)."""
 
 
-def _check_counts(
-    preset: Preset, task: str, key: str, record: Any, counts: tuple[tuple[str, str], ...]
-) -> None:
-    """Each ``(field, split)`` of `record` (the section at `key`) is at most the size of
-    `task`'s split where the preset fixes it (``data.<task>.n_<split>``): more examples than a
-    split holds, or a batch larger than the train split, is a typo that fails or silently
-    runs on fewer. (The counts of sections shared by all tasks, such as
-    ``evaluate.n_likelihood``, are caps: each task takes at most that many and records how
-    many it took.)"""
-    sizes = to_dict(preset.data(task))
-    for field, split in counts:
-        size, value = sizes.get(f"n_{split}"), operator.attrgetter(field)(record)
-        if size is not None and value > size:
-            raise ConfigError(
-                f"{preset.path}: {key}.{field}: {value} is more than the {size} {split} "
-                f"examples of data.{task} (n_{split})"
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stage:
+    """What a stage module declares for validation (each part optional)."""
+
+    name: str
+    section: str | None
+    """``SECTION``: the top-level params key the stage owns."""
+    study: str | None
+    """``STUDY``: the ``study`` key listing the tasks the stage runs on."""
+    study_tasks: Literal["answers", "stream"] | None
+    """``STUDY_TASKS``: what those tasks must be: with checkable answers, or text streams."""
+    study_paradigms: tuple[str, ...]
+    """``STUDY_PARADIGMS``: paradigms the study must train when the stage runs on a task."""
+    check: Callable[[Preset, StudyConfig], None] | None
+    """``check_preset``: the stage's validation of its section (and of its list)."""
+
+
+def stages() -> list[Stage]:
+    """Every stage's declarations, in name order (importing each stage module)."""
+    found = []
+    for name in stage_names():
+        declared = vars(importlib.import_module(f"setdiff.stages.{name}"))
+        found.append(
+            Stage(
+                name=name,
+                section=declared.get("SECTION"),
+                study=declared.get("STUDY"),
+                study_tasks=declared.get("STUDY_TASKS"),
+                study_paradigms=tuple(declared.get("STUDY_PARADIGMS", ())),
+                check=declared.get("check_preset"),
             )
+        )
+    return found
+
+
+def validate(params: Params | Preset) -> StudyConfig:
+    """Build every section of a preset; raise `ConfigError` naming the first bad key."""
+    preset = params if isinstance(params, Preset) else Preset(params)
+    declared = stages()
+    _check_keys(preset, declared)
+    study = preset.study
+    for stage in declared:
+        if stage.study:
+            _check_study_list(preset, study, stage, stage.study)
+    _validate_core(preset, study)
+    for stage in declared:
+        if stage.check:
+            stage.check(preset, study)
+    return study
+
+
+def _check_keys(preset: Preset, declared: list[Stage]) -> None:
+    """Every top-level key is `CORE` or a stage's section; every ``study`` key a `StudyConfig`
+    field or a stage's list."""
+    path = preset.path
+    top_level = (*CORE, *(s.section for s in declared if s.section))
+    unknown = sorted(set(preset.params) - set(top_level))
+    if unknown:
+        raise ConfigError(f"{path}: unknown top-level key(s) {unknown}; known {top_level}")
+    section = preset.params.get_path("study")
+    known = sorted([*STUDY_FIELDS, *(s.study for s in declared if s.study)])
+    unknown = sorted(set(section) - set(known)) if isinstance(section, Mapping) else []
+    if unknown:  # here, before `StudyConfig` takes a misspelt key for some stage's list
+        raise ConfigError(f"{path}: study: unknown key(s) {unknown}; known {known}")
+
+
+def _validate_core(preset: Preset, study: StudyConfig) -> None:
+    """The sections many stages read: data, evaluate, and per task its tokenizer, model and
+    training recipe; per paradigm its decode options."""
+    path = preset.path
+    preset.params.section("data", DataConfig)
+    preset.section("evaluate", EvalConfig)
+    for task in study.tasks:
+        if preset.params.get_path("data").get(task) is None:
+            raise ConfigError(f"{path}: data.{task} is missing (study.tasks lists {task})")
+        preset.section(f"tokenizer.{task}", TokenizerConfig)
+        model = preset.model(task)
+        if model.pretrained is None:  # a checkpoint is only read by its stages
+            model.config(vocab_size=8, seq_len=8)
+        recipe = preset.section(f"train.{task}", TaskTrainConfig)
+        preset.check_counts(task, f"train.{task}", recipe, _RECIPE_COUNTS)
+    for name in study.paradigms:
+        paradigm = make_paradigm(name, preset.paradigm(name), mask_id=0)
+        check_decode(paradigm, preset.decode(name), f"{path}: decode.{name}")
+    extra = sorted(set(preset.params.get_path("paradigm")) - set(PARADIGMS))
+    if extra:
+        raise ConfigError(f"{path}: paradigm: unknown paradigm(s) {extra}")
+
+
+def _check_study_list(preset: Preset, study: StudyConfig, stage: Stage, name: str) -> None:
+    """``study.<name>`` (`stage`'s list) holds tasks it may run on, and it has the paradigms it
+    needs."""
+    key = f"study.{name}"
+    tasks = study.tasks_for(name)
+    if stage.study_tasks == "answers":
+        bad = [t for t in tasks if t not in ANSWER_TASKS]
+        if bad:
+            raise ConfigError(
+                f"{preset.path}: {key}: {bad} have no checkable answers ({sorted(ANSWER_TASKS)})"
+            )
+    elif stage.study_tasks == "stream":
+        bad = [t for t in tasks if TASK_LAYOUTS[t] != "stream"]
+        if bad:
+            raise ConfigError(f"{preset.path}: {key}: {bad} are not text (stream) tasks")
+    missing = [p for p in stage.study_paradigms if p not in study.paradigms]
+    if tasks and missing:
+        raise ConfigError(
+            f"{preset.path}: {key} lists {list(tasks)}: {stage.name} needs {missing} "
+            f"in study.paradigms"
+        )

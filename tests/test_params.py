@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from setdiff.config import ConfigError
+from setdiff.config import ConfigError, build, to_dict
 from setdiff.params import Params, load_params
 from setdiff.stages import preset
+from setdiff.study import StudyConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted(p.stem for p in (ROOT / "params").glob("*.yaml"))
@@ -142,6 +143,31 @@ BAD = {
         lambda d: d["lmeval"].update(threads=-2),
         r"lmeval\.threads: must be >= 0, got -2",
     ),
+    # a stage's study list: declared by the stage (setdiff/stages/<stage>.py: STUDY, ...)
+    "misspelt study list": (
+        lambda d: d["study"].update(lossles=["arith"]),
+        r"study: unknown key\(s\) \['lossles'\]; known \[.*'lossless'",
+    ),
+    "study list beyond the tasks": (
+        lambda d: d["study"].update(setsize=["gsm"]),
+        r"study: setsize: \['gsm'\] not in tasks \['arith', 'text'\]$",
+    ),
+    "study list of a task without answers": (
+        lambda d: d["study"].update(lossless=["arith", "text"]),
+        r"study\.lossless: \['text'\] have no checkable answers",
+    ),
+    "textgen on an answer task": (
+        lambda d: d["study"].update(textgen=["arith"]),
+        r"study\.textgen: \['arith'\] are not text \(stream\) tasks$",
+    ),
+    "floor without setdlm": (
+        lambda d: d["study"].update(paradigms=["ar", "mdlm"], diffusion=["mdlm"]),
+        r"study\.floor lists \['arith'\]: floor needs \['setdlm'\] in study\.paradigms$",
+    ),
+    "a stage's section missing": (
+        lambda d: d["study"].update(seeds=["arith"]),
+        r"missing key 'seeds' under <top>",
+    ),
 }
 
 
@@ -150,6 +176,17 @@ def test_bad_params_fail_naming_the_key(case: str, tmp_path: Path) -> None:
     edit, pattern = BAD[case]
     with pytest.raises(ConfigError, match=pattern):
         preset.validate(_mutated(tmp_path, edit))
+
+
+def test_the_study_keeps_its_stage_lists_as_params_spell_them() -> None:
+    """``study.<stage>`` keys are the stage lists (`StudyConfig.stage_tasks`, a `rest` field):
+    built and written back under their own names."""
+    params = load_params(ROOT / "params" / "default.yaml")
+    study = params.section("study", StudyConfig)
+    assert study.tasks_for("lossless") == ("arith",) and study.tasks_for("nothing") == ()
+    assert to_dict(study) == params.get_path("study")
+    with pytest.raises(ConfigError, match=r"default\.yaml: study\.floor\[0\]: expected a string"):
+        build(StudyConfig, {"tasks": ["arith"], "floor": [1]}, "params/default.yaml: study")
 
 
 def test_preset_command_writes_params_and_rejects_unknown(tmp_path: Path) -> None:

@@ -39,11 +39,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 import torch
 
-from setdiff.config import check, frozen
+from setdiff.config import ConfigError, check, frozen
 from setdiff.masks import make_prompt_causal_mask_mod
 from setdiff.sampling.logits import accept_confident, choose_tokens, greedy_rows
 from setdiff.sampling.state import DecodeState, Plan
@@ -596,3 +597,12 @@ def decode_policy(paradigm: Paradigm, options: DecodeOptions | dict[str, Any]) -
         options, **paradigm.decode_fixed()
     )
     return policy
+
+
+def check_decode(paradigm: Paradigm, options: Mapping[str, Any], where: str) -> None:
+    """Refuse decode `options` that build no policy of `paradigm`: a `ConfigError` naming
+    `where` (the params file and key, e.g. ``params.yaml: decode.setdlm``)."""
+    try:
+        decode_policy(paradigm, dict(options))
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}") from None

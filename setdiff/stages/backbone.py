@@ -1,4 +1,6 @@
-"""DVC stage ``backbone``: which backbone makes AR -> set-diffusion adaptation work.
+"""Backbone study: AR and setdlm accuracy per backbone variant; metrics/.
+
+DVC stage ``backbone``: which backbone makes AR -> set-diffusion adaptation work.
 
 ``setdiff backbone --task arith`` reads ``model.<task>`` (the base shape) and the ``backbone``
 section: named variants (overrides of the base shape, plus ``ar_context_loss``), the set sizes D
@@ -43,9 +45,11 @@ from setdiff.files import write_json
 from setdiff.initial import inputs_fingerprint
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import ARConfig, SetDLMConfig, make_paradigm
+from setdiff.preset import Preset
 from setdiff.recipe import BackboneStudyConfig
 from setdiff.retrain import cached, digest, stored
 from setdiff.stages.common import start
+from setdiff.study import StudyConfig
 from setdiff.tasks import read_records
 from setdiff.tokenizer import Tokenizer, load_tokenizer
 from setdiff.train import TrainConfig, train
@@ -55,6 +59,20 @@ log = logging.getLogger(__name__)
 PARAMS: tuple[str, ...] = ("model.{task}", "backbone")
 """The params keys this stage reads, as its DVC stage lists them (a test checks both);
 ``{task}`` and ``{paradigm}`` stand for the stage's arguments."""
+
+SECTION = "backbone"
+"""The params section this stage owns (`check_preset` validates it)."""
+STUDY = "backbone"
+"""``study.backbone``: the tasks this stage runs on (``backbone@<task>``)."""
+STUDY_TASKS = "answers"
+"""Only tasks with checkable answers."""
+
+
+def check_preset(preset: Preset, study: StudyConfig) -> None:
+    """Preset validation (`setdiff.validate`): ``backbone`` builds (required when
+    ``study.backbone`` lists a task)."""
+    if "backbone" in preset or study.tasks_for("backbone"):
+        preset.section("backbone", BackboneStudyConfig)
 
 
 def main(argv: list[str]) -> None:

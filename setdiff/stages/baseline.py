@@ -1,4 +1,6 @@
-"""DVC stage ``baseline``: the AR model served by other engines, side by side with our decoder.
+"""The AR model served by transformers and vLLM, side by side with ours; results/.
+
+DVC stage ``baseline``: the AR model served by other engines, side by side with our decoder.
 
 ``setdiff baseline --task arith`` reads ``baseline`` and writes ``results/baseline/<task>.csv``
 (tidy rows, `setdiff.measure` contract) and ``results/baseline/<task>.json`` (which engine ran,
@@ -43,17 +45,27 @@ from setdiff.config import to_dict
 from setdiff.evaluate import score_answer
 from setdiff.files import write_json
 from setdiff.measure import Row, count_new_tokens, fingerprint, peak_memory_mb, timed, write_rows
+from setdiff.preset import Preset
 from setdiff.progress import progress_bar
 from setdiff.runtime import setup_torch
 from setdiff.sampling.batch import generate_batch
 from setdiff.sampling.loop import generate
 from setdiff.stages.common import start
+from setdiff.study import StudyConfig
 from setdiff.tasks import read_records
 
 log = logging.getLogger(__name__)
 
 PARAMS: tuple[str, ...] = ("baseline",)
 """The params keys this stage reads, as its DVC stage lists them (a test checks both)."""
+
+SECTION = "baseline"
+"""The params section this stage owns (`check_preset` validates it)."""
+
+
+def check_preset(preset: Preset, study: StudyConfig) -> None:
+    """Preset validation (`setdiff.validate`): ``baseline`` (required) builds."""
+    preset.section("baseline", BaselineConfig)
 
 
 def main(argv: list[str]) -> None:

@@ -1,4 +1,6 @@
-"""DVC stage ``bench``: the speed-quality sweep of every paradigm on one answer task, batch 1,
+"""Speed-quality sweep of every paradigm on one answer task (batch 1); results/.
+
+DVC stage ``bench``: the speed-quality sweep of every paradigm on one answer task, batch 1,
 then the throughput sweep (batched decoding) of chosen configurations.
 
 ``setdiff bench --task arith`` reads ``bench.run``, ``bench.sweep`` and ``decode``; decodes the
@@ -47,16 +49,45 @@ from setdiff.bench.throughput import Method, against_best_ar, sweep
 from setdiff.config import ConfigError
 from setdiff.files import write_json, write_text
 from setdiff.measure import Configuration, Row, fingerprint, measure, write_rows
+from setdiff.paradigm import make_paradigm
+from setdiff.preset import Preset
 from setdiff.progress import progress_bar
 from setdiff.runtime import setup_torch
-from setdiff.sampling.policies import decode_policy
+from setdiff.sampling.policies import check_decode, decode_policy
 from setdiff.stages.common import start
-from setdiff.tasks import read_records
+from setdiff.study import StudyConfig
+from setdiff.tasks import ANSWER_TASKS, read_records
 
 log = logging.getLogger(__name__)
 
 PARAMS: tuple[str, ...] = ("bench.run", "bench.sweep", "decode", "study")
 """The params keys this stage reads, as its DVC stage lists them (a test checks both)."""
+
+SECTION = "bench"
+"""The params section this stage owns (`check_preset` validates it)."""
+THREADS = ("bench.run.threads",)
+"""The params key of the threads it computes on (`flows.lanes` gives it as many cores)."""
+
+
+def check_preset(preset: Preset, study: StudyConfig) -> None:
+    """Preset validation (`setdiff.validate`) of ``bench`` (required): its tasks are study tasks
+    with answers, each configuration of its sweep (and of the throughput sweep) builds a decode
+    policy, and ``n_select`` fits each task's validation split."""
+    path = str(preset.path)
+    run = preset.section("bench.run", BenchRunConfig)
+    configs = configurations(preset.bench_sweep, preset.decode, study.paradigms, path)
+    throughput_configurations(configs, run.throughput.configs, path)
+    for task in preset.bench_tasks:
+        if task not in study.tasks or task not in ANSWER_TASKS:
+            raise ConfigError(
+                f"{path}: bench.tasks: {task!r} must be a study task with "
+                f"answers ({sorted(ANSWER_TASKS)})"
+            )
+        preset.check_counts(task, "bench.run", run, (("n_select", "valid"),))
+    for config in configs:
+        where = f"bench.sweep.{config.paradigm} ({config.label})"
+        paradigm = make_paradigm(config.paradigm, preset.paradigm(config.paradigm), mask_id=0)
+        check_decode(paradigm, config.options, f"{path}: {where}")
 
 
 def run_throughput(

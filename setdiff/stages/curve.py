@@ -1,4 +1,4 @@
-"""Validation answer accuracy of a model at every evaluation of its training (training curves).
+"""Validation answer accuracy at each evaluation of a training run (its curve); metrics/.
 
 ``setdiff curve --task arith --paradigm setdlm`` reads ``train.<task>`` (its ``curve`` section:
 how many validation prompts, decoded how; the recipe's device and threads), decodes the first

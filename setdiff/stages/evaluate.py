@@ -1,4 +1,6 @@
-"""DVC stage ``evaluate``: held-out likelihood bound / perplexity (+ accuracy where answers exist).
+"""Held-out likelihood bound / perplexity of one model; writes metrics/.
+
+DVC stage ``evaluate`` (accuracy too, where the task has answers).
 
 ``setdiff evaluate --task arith --paradigm setdlm`` reads ``evaluate`` and ``decode.<paradigm>``,
 loads ``models/<task>/<paradigm>``, and writes ``metrics/evaluate/<task>/<paradigm>.json``.
@@ -24,6 +26,9 @@ log = logging.getLogger(__name__)
 PARAMS: tuple[str, ...] = ("evaluate", "decode.{paradigm}")
 """The params keys this stage reads, as its DVC stage lists them (a test checks both);
 ``{task}`` and ``{paradigm}`` stand for the stage's arguments."""
+
+THREADS = ("evaluate.threads",)
+"""The params key of the threads it computes on (`flows.lanes` gives it as many cores)."""
 
 
 def main(argv: list[str]) -> None:

@@ -1,4 +1,6 @@
-"""``setdiff floor``: check the quality floors of a run and record the verdict in metrics/.
+"""Check a task's quality floors (AR >= 0.8, setdlm within 10 points); metrics/.
+
+``setdiff floor``: check the quality floors of a run and record the verdict in metrics/.
 
 Reads ``metrics/evaluate/<task>/{ar,setdlm}.json`` (greedy decoding, tau off) and writes
 ``metrics/floor/<task>.json``: AR exact-match accuracy on the task's test split must be
@@ -18,6 +20,13 @@ from setdiff.files import write_json
 
 PARAMS: tuple[str, ...] = ()
 """The params keys this stage reads, as its DVC stage lists them (a test checks both)."""
+
+STUDY = "floor"
+"""``study.floor``: the tasks this stage runs on (``floor@<task>``)."""
+STUDY_TASKS = "answers"
+"""Only tasks with checkable answers."""
+STUDY_PARADIGMS = ("ar", "setdlm")
+"""Its floors are AR's accuracy and setdlm's gap to it."""
 
 
 def main(argv: list[str]) -> None:

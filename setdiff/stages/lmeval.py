@@ -1,4 +1,6 @@
-"""DVC stage ``lmeval``: our answer task through lm-evaluation-harness, beside our own scorer.
+"""Answer accuracy through lm-evaluation-harness beside our scorer; metrics/lmeval/.
+
+DVC stage ``lmeval``.
 
 ``setdiff lmeval --task arith`` reads ``lmeval`` and ``decode.<paradigm>`` and evaluates the first
 ``lmeval.n_examples`` test prompts of ``data/<task>/raw/test.jsonl`` with lm-eval's task
@@ -29,8 +31,10 @@ from setdiff.config import ConfigError, check
 from setdiff.evaluate import answer_rows
 from setdiff.files import write_json
 from setdiff.lmeval.config import LmevalConfig
+from setdiff.preset import Preset
 from setdiff.stages.common import Layout, start
-from setdiff.tasks import read_records
+from setdiff.study import StudyConfig
+from setdiff.tasks import ANSWER_TASKS, read_records
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +43,23 @@ PARAMS: tuple[str, ...] = ("lmeval", "decode")
 
 METRIC = "exact_match,strict-match"
 """The lm-eval metric key our task YAMLs report."""
+
+SECTION = "lmeval"
+"""The params section this stage owns (`check_preset` validates it)."""
+
+
+def check_preset(preset: Preset, study: StudyConfig) -> None:
+    """Preset validation (`setdiff.validate`) of ``lmeval`` (required by dvc.yaml's
+    ``foreach: ${lmeval.tasks}``; ``tasks: []`` = off): its tasks are study tasks with answers,
+    its paradigms trained ones."""
+    lmeval = preset.section("lmeval", LmevalConfig)
+    bad = [t for t in lmeval.tasks if t not in study.tasks or t not in ANSWER_TASKS]
+    if bad:
+        raise ConfigError(
+            f"{preset.path}: lmeval.tasks: {bad} must be study tasks with answers "
+            f"({sorted(ANSWER_TASKS)})"
+        )
+    study.check_trained(lmeval.paradigms, preset.path, "lmeval.paradigms")
 
 
 def main(argv: list[str]) -> None:

@@ -1,4 +1,6 @@
-"""DVC stage ``lossless``: lossless decoders against AR with speculative decoding, batch 1.
+"""Lossless decoders (setdlm verify) against AR + speculative decoding; metrics/.
+
+DVC stage ``lossless``, at batch 1.
 
 ``setdiff lossless --task arith`` reads the ``lossless`` section (`LosslessConfig`). It trains
 the draft model (a small AR model on the task's training split, from scratch, kept in
@@ -43,8 +45,10 @@ from setdiff.files import write_json
 from setdiff.measure import fingerprint
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import make_paradigm
+from setdiff.preset import Preset
 from setdiff.runtime import setup_torch
 from setdiff.stages.common import Layout, start
+from setdiff.study import StudyConfig
 from setdiff.tasks import read_records
 from setdiff.tokenizer import load_tokenizer
 from setdiff.train import train
@@ -53,6 +57,27 @@ log = logging.getLogger(__name__)
 
 PARAMS: tuple[str, ...] = ("lossless",)
 """The params keys this stage reads, as its DVC stage lists them (a test checks both)."""
+
+SECTION = "lossless"
+"""The params section this stage owns (`check_preset` validates it)."""
+THREADS = ("lossless.threads", "lossless.draft_train.threads")
+"""Params keys of the threads it computes on: the draft's training, then the decoders
+(`flows.lanes` gives it the wider as its cores)."""
+STUDY = "lossless"
+"""``study.lossless``: the tasks this stage runs on (``lossless@<task>``)."""
+STUDY_TASKS = "answers"
+"""Only tasks with checkable answers."""
+STUDY_PARADIGMS = ("ar", "setdlm")
+"""It compares the run's AR and setdlm models."""
+
+
+def check_preset(preset: Preset, study: StudyConfig) -> None:
+    """Preset validation (`setdiff.validate`): ``lossless`` builds (required when
+    ``study.lossless`` lists a task), and then every window decodes with verify."""
+    if "lossless" in preset or study.tasks_for("lossless"):
+        lossless = preset.section("lossless", LosslessConfig)
+        if study.tasks_for("lossless"):
+            check_windows(lossless, preset.paradigm("setdlm"), str(preset.path))
 
 
 def main(argv: list[str]) -> None:

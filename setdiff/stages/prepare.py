@@ -1,4 +1,6 @@
-"""DVC stage ``prepare``: generate one task's raw splits, offline.
+"""Generate a task's raw splits (offline) under data/<task>/.
+
+DVC stage ``prepare``.
 
 ``setdiff prepare --task arith [--params params.yaml] [--root .]`` reads ``data.seed`` and
 ``data.<task>`` and writes ``data/<task>/raw/{train,valid,test}.jsonl`` plus

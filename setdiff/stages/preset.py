@@ -1,4 +1,6 @@
-"""``setdiff preset <name>``: validate params/<name>.yaml completely, then make it params.yaml.
+"""Write params.yaml from params/<name>.yaml (switch the active preset).
+
+``setdiff preset <name>``: validate params/<name>.yaml completely, then make it params.yaml.
 
 params.yaml is the active preset that every DVC stage reads; switching presets rewrites it, and
 DVC re-runs exactly the stages whose params values changed. Validation (`setdiff.validate.validate`)

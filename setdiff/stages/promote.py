@@ -1,4 +1,4 @@
-"""``setdiff promote``: write an ablation study's Pareto configurations into a preset.
+"""Write an ablation study's Pareto configurations into params/<preset>.yaml.
 
 ``setdiff promote --task arith --study NAME --preset default [--trials 3,7]`` reads
 ``ablations/<task>/<study>/study.json``, the export that the ablation flow writes at the end of

@@ -1,4 +1,6 @@
-"""DVC stage ``seeds``: the seed variance of every paradigm's accuracy, measured.
+"""Seed variance: diffusion accuracy per training seed, mean and sd; metrics/.
+
+DVC stage ``seeds``: the seed variance of every paradigm's accuracy, measured.
 
 ``setdiff seeds --task arith`` reads the ``seeds`` section (paradigms, training seeds, steps,
 test prompts, extra decodes), ``train.<task>``, ``paradigm.<p>``, ``decode.<p>`` and
@@ -41,13 +43,30 @@ import torch
 from setdiff import retrain
 from setdiff.files import write_json
 from setdiff.measure import fingerprint
+from setdiff.preset import Preset
 from setdiff.recipe import SeedStudyConfig, TaskTrainConfig
 from setdiff.stages.common import start
+from setdiff.study import StudyConfig
 from setdiff.train import TrainConfig
 
 PARAMS: tuple[str, ...] = ("seeds", "train.{task}", "paradigm", "decode", "model.{task}")
 """The params keys this stage reads, as its DVC stage lists them (a test checks both);
 ``{task}`` and ``{paradigm}`` stand for the stage's arguments."""
+
+SECTION = "seeds"
+"""The params section this stage owns (`check_preset` validates it)."""
+STUDY = "seeds"
+"""``study.seeds``: the tasks this stage runs on (``seeds@<task>``)."""
+STUDY_TASKS = "answers"
+"""Only tasks with checkable answers."""
+
+
+def check_preset(preset: Preset, study: StudyConfig) -> None:
+    """Preset validation (`setdiff.validate`): ``seeds`` builds (required when ``study.seeds``
+    lists a task) and trains only paradigms the study trains."""
+    if "seeds" in preset or study.tasks_for("seeds"):
+        seeds = preset.section("seeds", SeedStudyConfig)
+        study.check_trained(seeds.paradigms, preset.path, "seeds.paradigms")
 
 
 def main(argv: list[str]) -> None:

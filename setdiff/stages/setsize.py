@@ -1,4 +1,6 @@
-"""DVC stage ``setsize``: set diffusion's accuracy at other set sizes D than the main run's.
+"""Set size: setdlm/bd3lm fine-tuned at other set sizes D, accuracy; metrics/.
+
+DVC stage ``setsize``: set diffusion's accuracy at other set sizes D than the main run's.
 
 ``setdiff setsize --task arith`` reads the ``setsize`` section (paradigms, set sizes, start,
 steps, lr, decode_main, test prompts), ``train.<task>``, ``paradigm.<p>``, ``decode.<p>`` and
@@ -30,10 +32,28 @@ from setdiff.initial import weights_sha256
 from setdiff.preset import Preset
 from setdiff.recipe import SET_SIZE_KEYS, SetSizeStudyConfig, TaskTrainConfig
 from setdiff.stages.common import Layout, start
+from setdiff.study import StudyConfig
 
 PARAMS: tuple[str, ...] = ("setsize", "train.{task}", "paradigm", "decode", "model.{task}")
 """The params keys this stage reads, as its DVC stage lists them (a test checks both);
 ``{task}`` and ``{paradigm}`` stand for the stage's arguments."""
+
+SECTION = "setsize"
+"""The params section this stage owns (`check_preset` validates it)."""
+THREADS = ("setsize.threads",)
+"""The params key of the threads it computes on (`flows.lanes` gives it as many cores)."""
+STUDY = "setsize"
+"""``study.setsize``: the tasks this stage runs on (``setsize@<task>``)."""
+STUDY_TASKS = "answers"
+"""Only tasks with checkable answers."""
+
+
+def check_preset(preset: Preset, study: StudyConfig) -> None:
+    """Preset validation (`setdiff.validate`): ``setsize`` builds (required when
+    ``study.setsize`` lists a task) and trains only paradigms the study trains."""
+    if "setsize" in preset or study.tasks_for("setsize"):
+        setsize = preset.section("setsize", SetSizeStudyConfig)
+        study.check_trained(setsize.paradigms, preset.path, "setsize.paradigms")
 
 
 def main(argv: list[str]) -> None:

@@ -1,4 +1,6 @@
-"""``setdiff summary``: a run's headline numbers, in a few lines a person reads.
+"""Headline numbers of a run (--write: record metrics/summary.json); ends make run.
+
+``setdiff summary``: a run's headline numbers, in a few lines a person reads.
 
 ``setdiff summary --write`` (DVC stage ``summary``) reads, for the preset's tasks, each paradigm's
 answer accuracy (``metrics/evaluate/<task>/<paradigm>.json``), setdlm's speedup over our AR

@@ -1,4 +1,6 @@
-"""DVC stage ``textgen``: text quality of one model (verse infilling, unconditional samples).
+"""Text quality: verse infilling and unconditional generation of one model.
+
+DVC stage ``textgen``.
 
 ``setdiff textgen --task text --paradigm setdlm`` reads ``textgen`` and ``decode.<paradigm>``,
 loads ``models/<task>/<paradigm>`` and the judge ``models/<task>/ar``, and writes
@@ -25,10 +27,12 @@ from setdiff.config import ConfigError
 from setdiff.files import finite_or_none, write_json
 from setdiff.measure import Row, count_new_tokens, fingerprint, kv_cache_mb, write_rows
 from setdiff.paradigm import PARADIGMS
+from setdiff.preset import Preset
 from setdiff.runtime import setup_torch
 from setdiff.sampling.loop import GenerateResult
 from setdiff.sampling.policies import decode_policy, parse_threshold
 from setdiff.stages.common import Layout, start
+from setdiff.study import StudyConfig
 from setdiff.tasks import TASK_LAYOUTS, read_records
 from setdiff.textgen import (
     InfillResult,
@@ -51,6 +55,22 @@ log = logging.getLogger(__name__)
 PARAMS: tuple[str, ...] = ("textgen", "decode.{paradigm}")
 """The params keys this stage reads, as its DVC stage lists them (a test checks both);
 ``{task}`` and ``{paradigm}`` stand for the stage's arguments."""
+
+SECTION = "textgen"
+"""The params section this stage owns (`check_preset` validates it)."""
+THREADS = ("textgen.threads",)
+"""The params key of the threads it computes on (`flows.lanes` gives it as many cores)."""
+STUDY = "textgen"
+"""``study.textgen``: the tasks this stage runs on (``textgen@<task>-<paradigm>``)."""
+STUDY_TASKS = "stream"
+"""Only text (stream) tasks."""
+
+
+def check_preset(preset: Preset, study: StudyConfig) -> None:
+    """Preset validation (`setdiff.validate`): ``textgen`` builds when ``study.textgen`` lists
+    a task (and is then required)."""
+    if study.tasks_for("textgen"):
+        preset.section("textgen", TextGenConfig)
 
 
 def main(argv: list[str]) -> None:

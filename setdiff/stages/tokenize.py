@@ -1,4 +1,6 @@
-"""DVC stage ``tokenize``: train one task's tokenizer and encode its splits to fixed length.
+"""Train a task's tokenizer and encode its splits to fixed-length arrays.
+
+DVC stage ``tokenize``.
 
 ``setdiff tokenize --task arith [--params params.yaml] [--root .]`` reads ``tokenizer.<task>``
 and ``data/<task>/raw/*.jsonl`` (from ``prepare``), trains the tokenizer on the train split (or

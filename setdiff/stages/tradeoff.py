@@ -1,4 +1,6 @@
-"""DVC stage ``tradeoff``: the headline speed ratios of one task, with bootstrap CIs.
+"""Headline speed ratios at matched accuracy, with bootstrap CIs; metrics/.
+
+DVC stage ``tradeoff``.
 
 ``setdiff tradeoff --task arith`` reads ``results/bench/<task>.csv`` (and, when present,
 ``results/baseline/<task>.csv`` with AR served by other engines) and writes

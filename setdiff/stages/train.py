@@ -1,4 +1,6 @@
-"""DVC stages ``train_ar`` and ``train``: train one (task, paradigm) model, resumably.
+"""Train one (task, paradigm) model; resumable; writes models/<task>/<paradigm>/.
+
+DVC stages ``train_ar`` and ``train``.
 
 ``setdiff train --task arith --paradigm setdlm`` reads ``model.<task>``, ``train.<task>`` and
 ``paradigm.<paradigm>``; writes ``models/<task>/<paradigm>/`` (weights, config, tokenizer,

@@ -1,4 +1,6 @@
-"""``setdiff trial``: the command line of one ablation trial, run by the flow as a subprocess.
+"""One ablation trial (train at a reduced budget or load, then decode); result.json.
+
+``setdiff trial``: the command line of one ablation trial, run by the flow as a subprocess.
 
 ``setdiff trial --task arith --spec trial.json --out DIR [--cache DIR]`` reads the preset's
 ``paradigm``, ``decode``, ``train.<task>``, ``model.<task>`` and ``bench.run`` plus the trial spec
@@ -26,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from setdiff.ablation.space import resolve_space
+from setdiff.ablation.space import resolve_space, validate_ablation
 from setdiff.ablation.spec import TrialSpec
 from setdiff.ablation.trial import run_trial
 from setdiff.bench.config import BenchRunConfig
@@ -35,12 +37,39 @@ from setdiff.files import write_json
 from setdiff.preset import Preset, load_preset
 from setdiff.recipe import TaskTrainConfig
 from setdiff.stages.common import Layout, setup_logging
+from setdiff.study import StudyConfig
 from setdiff.tasks import check_task
 
 log = logging.getLogger(__name__)
 
 EXIT_CONFIG = 2
 """Exit status of a configuration/value error (argparse uses it for usage errors too)."""
+
+SECTION = "ablation"
+"""The params section this stage owns (`check_preset` validates it)."""
+STUDY = "ablate"
+"""``study.ablate``: the tasks the ablation flow (DVC stage ``ablate@<task>``) runs trials on."""
+STUDY_TASKS = "answers"
+"""Only tasks with checkable answers."""
+
+
+def check_preset(preset: Preset, study: StudyConfig) -> None:
+    """Preset validation (`setdiff.validate`) of ``ablation`` (required when ``study.ablate``
+    lists a task): its search space resolves for every answer task, and a training trial runs
+    at least the warm-up of each recipe it fine-tunes with."""
+    tasks = study.tasks_for("ablate")
+    if tasks and "ablation" not in preset:
+        raise ConfigError(f"{preset.path}: study.ablate lists {list(tasks)}: add ablation")
+    if "ablation" not in preset:
+        return
+    steps = validate_ablation(preset.params, study).budget.train_steps
+    for task, name in ((t, p) for t in tasks for p in study.diffusion):
+        warmup = preset.section(f"train.{task}", TaskTrainConfig).for_paradigm(name).warmup_steps
+        if steps < warmup:  # a trial fine-tunes with its recipe, for train_steps
+            raise ConfigError(
+                f"{preset.path}: ablation.budget.train_steps: {steps} < the warmup_steps "
+                f"{warmup} of train.{task} ({name})"
+            )
 
 
 def main(argv: list[str]) -> None:
