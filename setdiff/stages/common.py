@@ -14,6 +14,7 @@ import logging
 from collections.abc import Collection
 from pathlib import Path
 
+from setdiff.artifacts import LoadedModel, load_model
 from setdiff.config import ConfigError
 from setdiff.preset import Preset, load_preset
 from setdiff.tasks import ANSWER_TASKS, TASKS, check_task
@@ -96,6 +97,12 @@ class Layout:
 
     def model(self, paradigm: str | None = None) -> Path:
         return self.root / "models" / self.task / (paradigm or self.paradigm)
+
+    def load_model(self, device: str = "cpu") -> LoadedModel:
+        """This cell's trained model, checked to be of its task, paradigm and tokenizer."""
+        return load_model(
+            self.model(), device, paradigm=self.paradigm, task=self.task, tokenizer=self.tokenizer
+        )
 
     def metrics(self, stage: str) -> Path:
         return self.root / "metrics" / stage / self.task / f"{self.paradigm}.json"

@@ -16,14 +16,14 @@ from __future__ import annotations
 import json
 import logging
 
-from setdiff.artifacts import load_model, load_weights
+from setdiff.artifacts import load_weights
 from setdiff.config import ConfigError
 from setdiff.evaluate import SCORING_BATCH, answer_rows
 from setdiff.files import write_json
 from setdiff.paradigm import PARADIGMS
 from setdiff.recipe import TaskTrainConfig
 from setdiff.runtime import setup_torch
-from setdiff.sampling.policies import decode_policy
+from setdiff.sampling.policies import check_decode
 from setdiff.stages.common import snapshot_name, start
 from setdiff.tasks import ANSWER_TASKS, read_records
 
@@ -44,17 +44,8 @@ def main(argv: list[str]) -> None:
     if curve.n_examples and args.task not in ANSWER_TASKS:
         raise ConfigError(f"{where}.n_examples: task {args.task!r} has no answers to score")
     options = dict(curve.decode.get(args.paradigm, {}))
-    model = load_model(
-        layout.model(),
-        device=config.device,
-        paradigm=args.paradigm,
-        task=args.task,
-        tokenizer=layout.tokenizer,
-    )
-    try:
-        decode_policy(model.paradigm, options)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"{where}.decode.{args.paradigm}: {err}") from None
+    model = layout.load_model(config.device)
+    check_decode(model.paradigm, options, f"{where}.decode.{args.paradigm}")
     manifest = layout.snapshots / "steps.json"
     try:
         steps = [int(step) for step in json.loads(manifest.read_text())]

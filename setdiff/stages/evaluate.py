@@ -12,7 +12,6 @@ import json
 import logging
 from typing import Any
 
-from setdiff.artifacts import load_model
 from setdiff.batching import ArraySplit
 from setdiff.evaluate import EvalConfig, answer_rows, check_finite_weights, likelihood
 from setdiff.files import write_json, write_text
@@ -39,13 +38,7 @@ def main(argv: list[str]) -> None:
     )
     config = preset.section("evaluate", EvalConfig)
     decode_options: dict[str, Any] = preset.section(f"decode.{args.paradigm}")
-    model = load_model(
-        layout.model(),
-        device=config.device,
-        paradigm=args.paradigm,
-        task=args.task,
-        tokenizer=layout.tokenizer,
-    )
+    model = layout.load_model(config.device)
     decode_policy(model.paradigm, decode_options)  # validate the options before any compute
     check_finite_weights(model)  # NaN weights would give NaN metrics: refuse, write nothing
     setup_torch(threads=config.threads or None)
