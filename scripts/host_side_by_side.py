@@ -1,0 +1,73 @@
+"""The engine's host time per forward of several checkouts, side by side.
+
+    git worktree add --detach /tmp/old 748c84f
+    .venv/bin/python scripts/host_side_by_side.py /tmp/old . [--rounds 6]
+
+Each round runs every tree in a fresh process (alternating the order from round to round), and
+each process times `setdiff.bench.host.decode` with the zero-cost `StandIn` for AR and setdlm
+(W = 4, threshold 0.9) at batch 1 and 16, 128 new tokens, 1 thread, best of 3 decodes. A shared
+machine's load only adds time, so the table gives each tree's fastest round, and the ratio of
+every tree to the first one: fastest rounds, and the median of the per-round ratios. (The
+checkout must have `setdiff.bench.host`.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+
+CASES = (("ar", 1), ("setdlm", 1), ("ar", 16), ("setdlm", 16))
+
+WORKER = """
+import json, sys, time, torch
+sys.path.insert(0, sys.argv[1])
+torch.set_num_threads(1)
+from setdiff.bench.core import CONFIG
+from setdiff.bench.host import StandIn, decode
+out = {}
+for name, batch in json.loads(sys.argv[2]):
+    net = StandIn(CONFIG).eval()
+    decode(net, name, batch, 128)
+    best = float("inf")
+    for _ in range(3):
+        tic = time.perf_counter()
+        calls = decode(net, name, batch, 128)
+        best = min(best, (time.perf_counter() - tic) / calls)
+    out[f"{name} b{batch}"] = best * 1e6
+print(json.dumps(out))
+"""
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("trees", nargs="+", help="checkouts; the first is the reference")
+    parser.add_argument("--rounds", type=int, default=6)
+    args = parser.parse_args(argv)
+    runs: dict[str, list[dict[str, float]]] = {tree: [] for tree in args.trees}
+    for r in range(args.rounds):
+        for tree in args.trees if r % 2 == 0 else args.trees[::-1]:
+            done = subprocess.run(
+                [sys.executable, "-c", WORKER, tree, json.dumps(CASES)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            runs[tree].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    base = args.trees[0]
+    for key in runs[base][0]:
+        best = {tree: min(run[key] for run in runs[tree]) for tree in args.trees}
+        cells = [f"{tree}: {best[tree]:.0f} us" for tree in args.trees]
+        for tree in args.trees[1:]:
+            ratios = [a[key] / b[key] for a, b in zip(runs[tree], runs[base], strict=True)]
+            cells.append(
+                f"{tree}/{base}: {best[tree] / best[base]:.2f} (per round median "
+                f"{statistics.median(ratios):.2f})"
+            )
+        print(f"{key}: " + "; ".join(cells))
+
+
+if __name__ == "__main__":
+    main()
