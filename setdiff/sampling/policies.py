@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 import torch
@@ -99,6 +99,25 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "temperature": (lambda v: _is_number(v) and v >= 0, "a finite number >= 0"),
+    "final_temperature": (
+        lambda v: v is None or (_is_number(v) and v >= 0),
+        "a finite number >= 0 or None",
+    ),
+    "top_p": (lambda v: _is_number(v) and 0 < v <= 1, "a number in (0, 1]"),
+    "threshold": (
+        lambda v: v is None or (isinstance(v, float) and 0 < v <= 1),
+        "a float in (0, 1] or None",  # "off" is None once `parse_threshold` has read it
+    ),
+    "order": (lambda v: v in ("random", "confidence"), "random|confidence"),
+    "chunk_size": (lambda v: _is_int(v) and v >= 1, "an int >= 1"),
+    "draft_tokens": (lambda v: _is_int(v) and v >= 0, "an int >= 0"),
+    "verify": (lambda v: isinstance(v, bool), "true or false"),
+}
+"""Each decode option's rule and how its error names it, checked for every policy holding it."""
+
+
 def parse_threshold(threshold: float | str | None) -> float | None:
     """A user's threshold: None or "off" = no threshold; otherwise a confidence in (0, 1]."""
     if threshold is None or threshold == "off":
@@ -106,23 +125,6 @@ def parse_threshold(threshold: float | str | None) -> float | None:
     if not (_is_number(threshold) and 0 < threshold <= 1):
         raise ValueError(f"threshold must be in (0, 1] or 'off', got {threshold!r}")
     return float(threshold)
-
-
-def _check_threshold(threshold: float | None) -> None:
-    """A parsed threshold: None or a float in (0, 1] ("off" is turned into None by
-    `parse_threshold`, in ``from_options``, before a policy is built)."""
-    check(
-        threshold is None or (isinstance(threshold, float) and 0 < threshold <= 1),
-        f"threshold must be a float in (0, 1] or None, got {threshold!r}",
-    )
-
-
-def _check_sampling(temperature: float, top_p: float) -> None:
-    check(
-        _is_number(temperature) and temperature >= 0,
-        f"temperature must be a finite number >= 0, got {temperature!r}",
-    )
-    check(_is_number(top_p) and 0 < top_p <= 1, f"top_p must be a number in (0, 1], got {top_p!r}")
 
 
 def _causal_plan(state: DecodeState, commit: list[int], queries: list[int]) -> Plan:
@@ -135,19 +137,19 @@ def _window(state: DecodeState, window: int | None) -> list[int]:
     return state.masked_from(front, state.gen_end if window is None else front + window)
 
 
-def _rows(logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
-    """These rows of `logits`, by an index built on the host (no read)."""
-    return logits.index_select(0, torch.tensor(rows, dtype=torch.long, device=logits.device))
-
-
 class _Options:
-    """Mixin: build a policy from a dict of user options, naming unknown ones.
+    """Mixin: what every policy shares.
 
-    Policies also say how they use a KV cache: `uses_cache` (False = every forward sees the whole
-    canvas, as in MDLM), `max_forward(n_given, n_new)`, the most inputs one forward can feed,
-    so that a too-small cache is refused before any compute, and `max_step(n_new)`, the most
-    inputs of a forward after the first (which holds the prefill): the shape a static,
-    compiled decode step pads to (`setdiff.sampling.static`).
+    - `from_options`: a policy from a dict of user options, naming unknown ones; every option
+      is checked against its rule in `_RULES` (`check` adds a policy's rules across options).
+    - How a policy uses a KV cache: `uses_cache` (False = every forward sees the whole canvas,
+      as in MDLM), `max_forward(n_given, n_new)`, the most inputs one forward can feed (a
+      too-small cache is refused before any compute), and `max_step(n_new)`, the most inputs
+      of a forward after the first (the shape a static compiled step pads to,
+      `setdiff.sampling.static`).
+    - The usual choice: `select` chooses a token for each of the plan's `candidates` (query
+      positions) and `apply` accepts the most confident plus every one with confidence >= the
+      policy's threshold (`accept_confident`).
     """
 
     uses_cache: bool = True
@@ -157,6 +159,16 @@ class _Options:
     shift: bool = False
     """Shifted queries (fixed by the trained model): the query of position p is fed at p - 1
     with the token there (see `setdiff.sampling.inputs`)."""
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):  # type: ignore[arg-type]
+            rule, what = _RULES.get(field.name, (None, ""))
+            if rule is not None and not rule(value := getattr(self, field.name)):
+                raise ValueError(f"{field.name} must be {what}, got {value!r}")
+        self.check()
+
+    def check(self) -> None:
+        """A policy's rules across its options (each option's own rule is in `_RULES`)."""
 
     @classmethod
     def from_options(cls, options: DecodeOptions | dict[str, Any], **fixed: Any) -> Any:
@@ -185,6 +197,29 @@ class _Options:
             generator=ctx.generator,
         )
 
+    def candidates(self, state: DecodeState, plan: Plan) -> list[int]:
+        """The query positions this forward may decode (default: every query)."""
+        return plan.queries
+
+    def select(
+        self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
+    ) -> Picks:
+        """The tokens and confidences of the `candidates`, from their queries' rows (the last
+        ``len(plan.queries)`` rows of `logits`)."""
+        m, chosen = len(plan.queries), self.candidates(state, plan)
+        if not chosen:
+            return ()
+        rows = logits[-m:]
+        if len(chosen) < m:
+            row_of = {q: i for i, q in enumerate(plan.queries)}
+            at = torch.tensor([row_of[p] for p in chosen], dtype=torch.long, device=logits.device)
+            rows = rows.index_select(0, at)
+        return self.choose(rows, ctx, self.step_temperature(plan, ctx))
+
+    def step_temperature(self, plan: Plan, ctx: DecodeContext) -> float | None:
+        """This forward's sampling temperature (None: the policy's `temperature`)."""
+        return None
+
     def select_rows(
         self,
         states: list[DecodeState],
@@ -200,7 +235,7 @@ class _Options:
         if any(rows):  # at least one logits row to choose from
             return greedy_rows(logits_BTV, rows, ctxs[0].mask_id)  # type: ignore[return-value]
         return [
-            self.select(state, plan, logits_BTV[b, start:end], ctx)  # type: ignore[attr-defined]
+            self.select(state, plan, logits_BTV[b, start:end], ctx)
             for b, (state, plan, (start, end), ctx) in enumerate(
                 zip(states, plans, spans, ctxs, strict=True)
             )
@@ -216,14 +251,13 @@ class _Options:
     ) -> tuple[list[int], int]:
         """Apply one forward's `picks` (``select``'s tensors, read as lists) to `state` (its
         commit already recorded): the positions it decoded, and how many of its commits were
-        rejected, to drop from the end of the cache (only the speculative rules reject any).
-        Here the picks are the tokens and confidences of the plan's queries, accepted by
-        `accept_confident` with the policy's threshold."""
+        rejected, to drop from the end of the cache (only the speculative rules reject any)."""
         if not picks:
             return [], 0
         tokens, confidence = picks
         keep = accept_confident(confidence, getattr(self, "threshold", None))
-        positions = [q for q, k in zip(plan.queries, keep, strict=True) if k]
+        chosen = self.candidates(state, plan)
+        positions = [q for q, k in zip(chosen, keep, strict=True) if k]
         state.accept(positions, [t for t, k in zip(tokens, keep, strict=True) if k])
         return positions, 0
 
@@ -237,12 +271,7 @@ class ARPolicy(_Options):
     proposes per forward; each forward checks them, so the output is exactly the greedy decode.
     0 = off."""
 
-    def __post_init__(self) -> None:
-        _check_sampling(self.temperature, self.top_p)
-        check(
-            _is_int(self.draft_tokens) and self.draft_tokens >= 0,
-            f"draft_tokens must be an int >= 0, got {self.draft_tokens!r}",
-        )
+    def check(self) -> None:
         if self.draft_tokens:
             check(
                 self.temperature == 0,
@@ -313,10 +342,7 @@ class SetPolicy(_Options):
     the output is exactly the W = 1 greedy decode, in fewer forwards when drafts agree. Greedy,
     without threshold, and only with shifted queries."""
 
-    def __post_init__(self) -> None:
-        _check_sampling(self.temperature, self.top_p)
-        _check_threshold(self.threshold)
-        check(isinstance(self.verify, bool), f"verify must be true or false, got {self.verify!r}")
+    def check(self) -> None:
         if self.verify:
             check(self.shift, "verify needs shifted queries (a model trained with shift: true)")
             check(
@@ -362,11 +388,7 @@ class SetPolicy(_Options):
     ) -> Picks:
         if self.verify:
             return verify_select(state, plan, logits, ctx.mask_id, from_queries=True)
-        m = len(plan.queries)
-        if m == 0:
-            return ()
-        tokens, confidence = self.choose(logits[-m:], ctx)
-        return tokens, confidence
+        return _Options.select(self, state, plan, logits, ctx)
 
     def rows_at_once(self, plans: list[Plan], spans: list[tuple[int, int]]) -> list[list[int]]:
         if self.verify or self.temperature:
@@ -394,18 +416,7 @@ class AnyOrderPolicy(_Options):
     None = the whole canvas."""
     shift: bool = False
 
-    def __post_init__(self) -> None:
-        check(
-            self.order in ("random", "confidence"),
-            f"order must be random|confidence, got {self.order!r}",
-        )
-        _check_sampling(self.temperature, self.top_p)
-        check(
-            self.final_temperature is None
-            or (_is_number(self.final_temperature) and self.final_temperature >= 0),
-            f"final_temperature must be a finite number >= 0 or None, "
-            f"got {self.final_temperature!r}",
-        )
+    def check(self) -> None:
         check(
             self.window is None or (_is_int(self.window) and self.window >= 1),
             f"window must be an int >= 1 or None, got {self.window!r}",
@@ -430,25 +441,29 @@ class AnyOrderPolicy(_Options):
         frac = done / max(total - 1, 1)
         return self.temperature + (self.final_temperature - self.temperature) * frac
 
+    def step_temperature(self, plan: Plan, ctx: DecodeContext) -> float:
+        """Annealed: ``n_new - m`` of `n_new` taken as decoded, for a forward of m queries."""
+        return self.temperature_at(ctx.n_new - len(plan.queries), ctx.n_new)
+
     def select(
         self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
     ) -> Picks:
+        """Order "confidence": the usual choice, one accepted (the most confident). Order
+        "random": the position is drawn first, then its token: picks (index, token)."""
         m = len(plan.queries)
-        if m == 0:
-            return ()
-        temperature, g = self.temperature_at(ctx.n_new - m, ctx.n_new), ctx.generator
-        if self.order == "random":
-            i = torch.randint(m, (1,), generator=g, device=g.device).to(logits.device)
-            return i, self.choose(logits[-m:].index_select(0, i), ctx, temperature)[0]
-        tokens, confidence = self.choose(logits[-m:], ctx, temperature)
-        best = confidence.argmax().reshape(1)
-        return best, tokens.index_select(0, best)
+        if self.order == "confidence" or m == 0:
+            return _Options.select(self, state, plan, logits, ctx)
+        g = ctx.generator
+        i = torch.randint(m, (1,), generator=g, device=g.device).to(logits.device)
+        return i, self.choose(
+            logits[-m:].index_select(0, i), ctx, self.step_temperature(plan, ctx)
+        )[0]
 
     def apply(
         self, state: DecodeState, plan: Plan, picks: list[list[int]], ctx: DecodeContext
     ) -> tuple[list[int], int]:
-        if not picks:
-            return [], 0
+        if self.order == "confidence" or not picks:
+            return _Options.apply(self, state, plan, picks, ctx)
         (i,), tokens = picks
         state.accept([plan.queries[i]], tokens)
         return [plan.queries[i]], 0
@@ -463,10 +478,6 @@ class BlockPolicy(_Options):
     temperature: float = 0.0
     top_p: float = 1.0
     shift: bool = False
-
-    def __post_init__(self) -> None:
-        _check_sampling(self.temperature, self.top_p)
-        _check_threshold(self.threshold)
 
     def max_forward(self, n_given: int, n_new: int) -> int:
         return max(n_given + self.block_size, self.max_step(n_new))  # prefill + the first block
@@ -485,21 +496,9 @@ class BlockPolicy(_Options):
         queries = list(range(start, min(start + S, len(state.canvas))))
         return Plan(commit, [p // S for p in commit], queries, "all")
 
-    def select(
-        self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
-    ) -> Picks:
-        m = len(plan.queries)
-        rows = [i for i, q in enumerate(plan.queries) if state.masked[q]]
-        if not rows:
-            return ()
-        tokens, confidence = self.choose(_rows(logits[-m:], rows), ctx)
-        return tokens, confidence
-
-    def apply(
-        self, state: DecodeState, plan: Plan, picks: list[list[int]], ctx: DecodeContext
-    ) -> tuple[list[int], int]:
-        masked = [q for q in plan.queries if state.masked[q]]
-        return _Options.apply(self, state, dataclasses.replace(plan, queries=masked), picks, ctx)
+    def candidates(self, state: DecodeState, plan: Plan) -> list[int]:
+        """The block's masked positions."""
+        return [q for q in plan.queries if state.masked[q]]
 
 
 @frozen
@@ -520,18 +519,6 @@ class MDLMPolicy(_Options):
     """Fixed by the trained model (`MDLMConfig.causal_prompt`): the prompt attends causally,
     the slots after it bidirectionally."""
 
-    def __post_init__(self) -> None:
-        check(
-            _is_int(self.chunk_size) and self.chunk_size >= 1,
-            f"chunk_size must be an int >= 1, got {self.chunk_size!r}",
-        )
-        check(
-            self.order in ("random", "confidence"),
-            f"order must be random|confidence, got {self.order!r}",
-        )
-        _check_sampling(self.temperature, self.top_p)
-        _check_threshold(self.threshold)
-
     def max_forward(self, n_given: int, n_new: int) -> int:
         return n_given + n_new
 
@@ -549,7 +536,7 @@ class MDLMPolicy(_Options):
         rule = make_prompt_causal_mask_mod(torch.tensor([state.gen_start]))
         return Plan([], [], queries, rule(torch.zeros((), dtype=torch.long), 0, fed[:, None], fed))
 
-    def candidates(self, state: DecodeState) -> list[int]:
+    def candidates(self, state: DecodeState, plan: Plan) -> list[int]:
         """The masked positions up to the end of the frontier's chunk."""
         chunk = (state.frontier() - state.gen_start) // self.chunk_size
         return state.masked_from(state.gen_start, state.gen_start + (chunk + 1) * self.chunk_size)
@@ -557,21 +544,14 @@ class MDLMPolicy(_Options):
     def select(
         self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
     ) -> Picks:
-        candidates = self.candidates(state)
-        tokens, confidence = self.choose(
-            _rows(logits, [p - plan.queries[0] for p in candidates]), ctx
-        )
+        """The usual choice; order "random" then accepts one candidate drawn at random (its
+        confidence set to inf)."""
+        tokens, confidence = _Options.select(self, state, plan, logits, ctx)
         if self.order == "random":
             g = ctx.generator
-            pick = torch.randint(len(candidates), (1,), generator=g, device=g.device)
+            pick = torch.randint(len(tokens), (1,), generator=g, device=g.device)
             confidence = confidence.index_fill(0, pick.to(confidence.device), float("inf"))
         return tokens, confidence
-
-    def apply(
-        self, state: DecodeState, plan: Plan, picks: list[list[int]], ctx: DecodeContext
-    ) -> tuple[list[int], int]:
-        candidates = dataclasses.replace(plan, queries=self.candidates(state))
-        return _Options.apply(self, state, candidates, picks, ctx)
 
 
 DecodePolicy = ARPolicy | SetPolicy | AnyOrderPolicy | BlockPolicy | MDLMPolicy
