@@ -28,7 +28,7 @@ _EXPORTS = {
     "ModelConfig": "setdiff.model",
     "Transformer": "setdiff.model",
     "generate": "setdiff.sampling.loop",
-    "generate_batch": "setdiff.sampling.batch",
+    "generate_batch": "setdiff.sampling.loop",
     "load_model": "setdiff.artifacts",
     "make_paradigm": "setdiff.paradigm",
 }

@@ -23,8 +23,7 @@ from setdiff.artifacts import LoadedModel
 from setdiff.batching import ArraySplit
 from setdiff.config import Device, Seed, Threads, check, frozen
 from setdiff.progress import progress_bar
-from setdiff.sampling.batch import generate_batch
-from setdiff.sampling.loop import generate
+from setdiff.sampling.loop import generate, generate_batch
 from setdiff.tasks import ANSWER_TASKS
 
 

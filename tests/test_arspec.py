@@ -22,9 +22,8 @@ from setdiff.hf import export_hf
 from setdiff.model import Transformer
 from setdiff.paradigm import Paradigm, SetDLMConfig, make_paradigm
 from setdiff.sampling import draft_model, static
-from setdiff.sampling.batch import generate_batch
 from setdiff.sampling.draft_model import DraftModel
-from setdiff.sampling.loop import GenerateResult, generate
+from setdiff.sampling.loop import GenerateResult, generate, generate_batch
 from setdiff.tokenizer import TokenizerConfig, load_tokenizer, train_tokenizer
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -27,8 +27,7 @@ from setdiff.bench.host import (
 )
 from setdiff.model import Transformer
 from setdiff.paradigm import AOGPTConfig, BD3LMConfig, MDLMConfig, SetDLMConfig, make_paradigm
-from setdiff.sampling.batch import generate_batch
-from setdiff.sampling.loop import generate
+from setdiff.sampling.loop import generate, generate_batch
 
 
 def test_counter_counts_each_kind_of_host_read() -> None:

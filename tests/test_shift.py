@@ -26,8 +26,7 @@ from setdiff.paradigm import (
     make_paradigm,
 )
 from setdiff.paradigm.base import _masked_nll
-from setdiff.sampling.batch import generate_batch
-from setdiff.sampling.loop import generate
+from setdiff.sampling.loop import generate, generate_batch
 from setdiff.sampling.policies import decode_policy
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -14,8 +14,7 @@ from decode_checks import assert_same_decode
 from setdiff.model import Transformer
 from setdiff.paradigm import SetDLMConfig, make_paradigm
 from setdiff.sampling import static, verify
-from setdiff.sampling.batch import generate_batch
-from setdiff.sampling.loop import GenerateResult, generate
+from setdiff.sampling.loop import GenerateResult, generate, generate_batch
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

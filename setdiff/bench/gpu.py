@@ -56,8 +56,7 @@ from setdiff.masks import decode_mask
 from setdiff.measure import timed
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import PARADIGMS, make_paradigm
-from setdiff.sampling.batch import generate_batch
-from setdiff.sampling.loop import generate
+from setdiff.sampling.loop import generate, generate_batch
 
 MASK_ID = 3
 SECTIONS = ("cache", "step", "decode", "throughput", "train", "batched")

@@ -41,8 +41,7 @@ from setdiff.files import write_json
 from setdiff.model import ModelConfig, Transformer
 from setdiff.paradigm import SetDLMConfig, make_paradigm
 from setdiff.runtime import setup_torch
-from setdiff.sampling.batch import generate_batch
-from setdiff.sampling.loop import generate
+from setdiff.sampling.loop import generate, generate_batch
 
 STOP_ID = 2
 DECODES: dict[str, tuple[str, Any, dict[str, Any]]] = {

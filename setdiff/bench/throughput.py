@@ -45,8 +45,7 @@ from setdiff.files import write_json
 from setdiff.measure import count_new_tokens, fingerprint, peak_memory_mb, timed
 from setdiff.paradigm import PARADIGMS, make_paradigm
 from setdiff.runtime import setup_torch
-from setdiff.sampling.batch import generate_batch
-from setdiff.sampling.loop import GenerateResult
+from setdiff.sampling.loop import GenerateResult, generate_batch
 from setdiff.sampling.policies import decode_policy
 from setdiff.tasks import read_records
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, Unpack, runtime_checkable
 
 import torch
@@ -111,38 +111,111 @@ def generate(
             non-integer `max_new_tokens` or `seed`, a bool or non-finite number as a decode
             option.
     """
+    rows = [(prompt_ids, suffix_ids, max_new_tokens, seed)]
+    args = (stop_ids, stop_strings, cache_size, use_cache, trace_logits, policy_options)
+    return _decode(model, paradigm, rows, *args, compile_step=compile_step, draft=draft)[0]
+
+
+def generate_batch(
+    model: Decodable | Transformer,
+    prompts: Sequence[list[int] | torch.Tensor],
+    *,
+    max_new_tokens: int | Sequence[int],
+    paradigm: Paradigm | None = None,
+    suffixes: Sequence[list[int] | torch.Tensor | None] | None = None,
+    use_cache: bool = True,
+    seed: int | Sequence[int] = 0,
+    stop_ids: list[int] | tuple[int, ...] = (),
+    stop_strings: list[str] | tuple[str, ...] = (),
+    cache_size: int | None = None,
+    trace_logits: bool = False,
+    **policy_options: Unpack[DecodeOptions],
+) -> list[GenerateResult]:
+    """Decode every prompt of `prompts` in one batch; one `GenerateResult` per row, in order.
+
+    Row i equals ``generate(model, prompts[i], max_new_tokens=..., suffix_ids=suffixes[i],
+    seed=seed_i, ...)``: the same tokens, steps, NFE and stop, as each row decodes exactly the
+    forwards it would decode alone, in the same order, with the same generator draws (the logits
+    agree to float rounding, as cached and recomputed logits do). The arguments mean the same,
+    per row where a sequence is given (`max_new_tokens`, `seed`; `suffixes`: None or one right
+    context or None per row). ``forward_seconds`` is the wall time of the batched forwards the
+    row took part in (shared with the other rows of those forwards).
+
+    Raises:
+        ValueError: on any bad argument, before any compute, naming the row (``prompts[2]``).
+    """
+    prompts = _as_sequence(prompts, "prompts", "prompts (lists of token ids)")
+    if not prompts:
+        raise ValueError("prompts must hold at least one prompt")
+    if isinstance(prompts[0], int) and not isinstance(prompts[0], bool):
+        raise ValueError("prompts must be a list of prompts (lists of token ids), not one prompt")
+    B = len(prompts)
+    suffix_rows = [None] * B if suffixes is None else _as_sequence(suffixes, "suffixes", "suffixes")
+    if len(suffix_rows) != B:
+        raise ValueError(f"suffixes must hold one entry per prompt ({B}), got {len(suffix_rows)}")
+    rows = zip(
+        prompts,
+        suffix_rows,
+        _per_row(max_new_tokens, B, "max_new_tokens"),
+        _per_row(seed, B, "seed"),
+        strict=True,
+    )
+    args = (stop_ids, stop_strings, cache_size, use_cache, trace_logits, policy_options)
+    return _decode(model, paradigm, list(rows), *args, batch=True)
+
+
+def _decode(
+    model: Decodable | Transformer,
+    paradigm: Paradigm | None,
+    rows: list[tuple[Any, Any, Any, Any]],
+    stop_ids: Any,
+    stop_strings: Any,
+    cache_size: int | None,
+    use_cache: bool,
+    trace_logits: bool,
+    options: DecodeOptions,
+    *,
+    batch: bool = False,
+    compile_step: bool = False,
+    draft: Decodable | Transformer | None = None,
+) -> list[GenerateResult]:
+    """Check a decode of `rows` (prompt, suffix, new tokens, seed), then run the engine on it."""
     net, paradigm, tokenizer = _unpack(model, paradigm)
     stops = _as_stops(stop_ids, stop_strings, net, paradigm, tokenizer)
-    policy = decode_policy(paradigm, dict(policy_options))
-    lane, total, need = make_lane(
-        net, paradigm, policy, prompt_ids, suffix_ids, max_new_tokens, seed, stops, cache_size
-    )
+    policy = decode_policy(paradigm, dict(options))
+    if batch and isinstance(policy, ARPolicy) and policy.speculative:
+        raise ValueError(
+            "draft_tokens: speculative decoding with a draft model is batch size 1 only: use "
+            "generate(model, prompt, draft=..., draft_tokens=k)"
+        )
+    made = [
+        make_lane(net, paradigm, policy, *row, stops, cache_size, i if batch else None)
+        for i, row in enumerate(rows)
+    ]
+    lanes, total, need = [m[0] for m in made], max(m[1] for m in made), max(m[2] for m in made)
     if draft is not None:
         drafter = DraftModel(_draft_net(draft, net, paradigm, total), total, paradigm.mask_id)
-        lane.ctx = dataclasses.replace(lane.ctx, drafter=drafter)
+        lanes[0].ctx = dataclasses.replace(lanes[0].ctx, drafter=drafter)
         if not policy.speculative:
             raise ValueError("draft needs draft_tokens=k >= 1: the tokens it proposes per forward")
     elif isinstance(policy, ARPolicy) and policy.speculative:
         raise ValueError("draft_tokens needs draft=: a small ar model of the same vocabulary")
     use_cache = use_cache and policy.uses_cache
     if compile_step and not use_cache:
-        raise ValueError(
-            "compile_step needs the KV cache: drop use_cache=False"
-            if policy.uses_cache
-            else f"compile_step needs the KV cache, and {paradigm.config.name} decodes without one"
-        )
+        name = paradigm.config.name
+        why = ": drop use_cache=False" if policy.uses_cache else f", and {name} decodes without one"
+        raise ValueError(f"compile_step needs the KV cache{why}")
     cache, step = None, None
     if compile_step:
-        n_step = policy.max_step(max_new_tokens)
+        n_step = policy.max_step(lanes[0].ctx.n_new)
         capacity = cache_size or total + need
         cache = KVCache.for_model(net, capacity, slack=n_step, bucket=STATIC_BUCKET, static=True)
         step = StaticStep(net, cache, n_step, paradigm.mask_id)
     elif use_cache:
-        cache = KVCache.for_model(net, cache_size or 2 * total, slack=need)
+        cache = KVCache.for_model(net, [cache_size or 2 * m[1] for m in made], slack=need)
     with torch.inference_mode():
-        run(net, policy, [lane], cache, trace_logits, step)
-    assert lane.result is not None
-    return lane.result
+        run(net, policy, lanes, cache, trace_logits, step)
+    return [lane.result for lane in lanes]  # type: ignore[misc]
 
 
 def make_lane(
@@ -349,3 +422,14 @@ def _as_int(value: Any, name: str) -> int:
         with contextlib.suppress(TypeError):
             return operator.index(value)
     raise ValueError(f"{name} must be an integer, got {value!r}")
+
+
+def _per_row(value: Any, n: int, name: str) -> list[int]:
+    """One int for every row, or a sequence of one int per row."""
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        if len(value) != n:
+            raise ValueError(
+                f"{name} must be an int or hold one per prompt ({n}), got {len(value)}"
+            )
+        return [_as_int(v, f"{name}[{i}]") for i, v in enumerate(value)]
+    return [_as_int(value, name)] * n

@@ -48,8 +48,7 @@ from setdiff.measure import Row, count_new_tokens, fingerprint, peak_memory_mb, 
 from setdiff.preset import Preset
 from setdiff.progress import progress_bar
 from setdiff.runtime import setup_torch
-from setdiff.sampling.batch import generate_batch
-from setdiff.sampling.loop import generate
+from setdiff.sampling.loop import generate, generate_batch
 from setdiff.stages.common import start
 from setdiff.study import StudyConfig
 from setdiff.tasks import read_records
