@@ -61,8 +61,6 @@ class KVCache:
         self.capacities = list(capacities)
         """Each row's logical capacity: entries beyond it are dropped from the left."""
         self.lengths = [0] * len(capacities)
-        self.positions: list[list[int]] = [[] for _ in capacities]
-        """Each row's committed positions, in commit order."""
         self.static = static
         self.device = torch.device(device)
         self.staged = 0
@@ -100,7 +98,6 @@ class KVCache:
         keep = length - overflow
         for buf in (self.k_NBGCE, self.v_NBGCE):
             buf[:, row, :, :keep] = buf[:, row, :, overflow:length].clone()
-        self.positions[row] = self.positions[row][overflow:]
         self.lengths[row] = keep
         self.dropped += overflow
         return overflow
@@ -142,13 +139,11 @@ class KVCache:
         end = max(self.lengths) + T
         return self.k_NBGCE[layer, :, :, :end], self.v_NBGCE[layer, :, :, :end]
 
-    def commit(self, positions: list[int], row: int = 0) -> None:
-        """Keep the row's first ``len(positions)`` staged entries (with these true positions).
-        A one-row cache's forward ends here; a batch's at `end_forward`."""
-        n = len(positions)
+    def commit(self, n: int, row: int = 0) -> None:
+        """Keep the row's first `n` staged entries. A one-row cache's forward ends here; a
+        batch's at `end_forward`."""
         if n > self.staged:
             raise ValueError(f"cannot commit {n} entries: only {self.staged} were staged")
-        self.positions[row][self.lengths[row] :] = positions
         self.lengths[row] += n
         if len(self.lengths) == 1:
             self.end_forward()
@@ -161,7 +156,6 @@ class KVCache:
         if not 0 <= length <= self.lengths[row]:
             raise ValueError(f"crop length {length} outside [0, {self.lengths[row]}]")
         self.lengths[row] = length
-        del self.positions[row][length:]
         self.end_forward()
 
     def keep_rows(self, rows: list[int]) -> None:
@@ -181,6 +175,5 @@ class KVCache:
         else:
             index = torch.tensor(rows, dtype=torch.long, device=self.device)
             self.k_NBGCE, self.v_NBGCE = self.k_NBGCE[:, index], self.v_NBGCE[:, index]
-        self.positions = [self.positions[r] for r in rows]
         self.capacities = [self.capacities[r] for r in rows]
         self.lengths = [self.lengths[r] for r in rows]

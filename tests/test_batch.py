@@ -221,15 +221,15 @@ def test_ragged_cache_stages_each_row_at_its_own_offset() -> None:
     k, _ = cache.stage(0, new, new)
     assert k.shape == (2, 1, 5, 2)
     assert torch.equal(k[0, 0, 1:3], new[0, 0]) and torch.equal(k[1, 0, 3:5], new[1, 0])
-    cache.commit([4], 0)
-    cache.commit([6, 7], 1)
+    cache.commit(1, 0)
+    cache.commit(2, 1)
     cache.end_forward()
     assert cache.lengths == [2, 5]
-    assert cache.positions[1] == [6, 7]
     cache.keep_rows([1])
     assert cache.lengths == [5] and torch.equal(cache.k_NBGCE[0, 0, 0, 3:5], new[1, 0])
-    cache.positions[0] = [5, 9, 6, 7, 8]
-    assert cache.make_room(5, 0) == 2 and cache.lengths == [3] and cache.positions[0] == [6, 7, 8]
+    kept = cache.k_NBGCE[0, 0, 0, 2:5].clone()  # the newest three of the row's five entries
+    assert cache.make_room(5, 0) == 2 and cache.lengths == [3]
+    assert torch.equal(cache.k_NBGCE[0, 0, 0, :3], kept)
 
 
 @pytest.fixture
@@ -392,14 +392,12 @@ def test_keep_rows_equals_a_gather(rows: list[int]) -> None:
     cache = KVCache(n_layer=2, capacities=[6, 7, 8, 9, 10], slack=1, n_kv_head=1, head_dim=2)
     cache.k_NBGCE.normal_()
     cache.v_NBGCE.normal_()
-    cache.positions = [[r] * (r + 1) for r in range(5)]
     cache.lengths = [1, 2, 3, 4, 5]
     want = [(cache.k_NBGCE[:, r].clone(), cache.v_NBGCE[:, r].clone()) for r in rows]
-    positions = [cache.positions[r] for r in rows]
     cache.keep_rows(rows)
     assert cache.lengths == [[1, 2, 3, 4, 5][r] for r in rows]
     assert cache.capacities == [[6, 7, 8, 9, 10][r] for r in rows]
-    assert cache.k_NBGCE.shape[1] == len(rows) and cache.positions == positions
+    assert cache.k_NBGCE.shape[1] == len(rows)
     for i, (k, v) in enumerate(want):
         assert torch.equal(cache.k_NBGCE[:, i], k) and torch.equal(cache.v_NBGCE[:, i], v)
 

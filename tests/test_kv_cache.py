@@ -38,34 +38,34 @@ def test_cache_stage_commit_crop() -> None:
     c = KVCache(n_layer=1, n_kv_head=1, head_dim=2, capacities=[8])
     k, v = c.stage(0, _kv(3, 0), _kv(3, 100))
     assert k.shape == (1, 1, 3, 2) and c.length == 0
-    c.commit([4, 2])  # keep the first two staged entries only
-    assert c.length == 2 and c.positions == [[4, 2]]
+    c.commit(2)  # keep the first two staged entries only
+    assert c.length == 2
     k, _ = c.stage(0, _kv(2, 10), _kv(2, 110))  # overwrites the forgotten third entry
     assert k[0, 0, :, 0].tolist() == [0, 1, 10, 11]
-    c.commit([7])
-    assert c.positions == [[4, 2, 7]]
+    c.commit(1)
+    assert c.length == 3
     c.crop(1)
-    assert c.length == 1 and c.positions == [[4]]
+    assert c.length == 1
     with pytest.raises(ValueError):
         c.crop(2)
     with pytest.raises(ValueError):
-        c.commit([1])  # nothing staged
+        c.commit(1)  # nothing staged
 
 
 def test_cache_make_room_drops_oldest() -> None:
     c = KVCache(n_layer=2, n_kv_head=1, head_dim=2, capacities=[5])
     for layer in range(2):
         c.stage(layer, _kv(4, 0), _kv(4, 100))
-    c.commit([10, 11, 12, 13])
+    c.commit(4)
     assert c.make_room(1) == 0 and c.length == 4
     assert c.make_room(3) == 2
-    assert c.length == 2 and c.positions == [[12, 13]] and c.dropped == 2
+    assert c.length == 2 and c.dropped == 2
     for layer in range(2):
         k, v = c.stage(layer, _kv(3, 50), _kv(3, 150))
         assert k[0, 0, :, 0].tolist() == [2, 3, 50, 51, 52]  # the two newest survive, in order
         assert v[0, 0, :, 0].tolist() == [102, 103, 150, 151, 152]
-    c.commit([14, 15, 16])
-    assert c.positions == [[12, 13, 14, 15, 16]]
+    c.commit(3)
+    assert c.length == 5
     with pytest.raises(ValueError):
         c.make_room(6)
     with pytest.raises(ValueError):
@@ -111,7 +111,7 @@ def test_cached_query_equals_two_copy_training_row(
             mask = torch.ones(len(chunk), r + len(chunk), dtype=torch.bool)
             mask[:, r:] = causal(len(chunk))
             net(x[chunk][None], chunk[None], mask, cache)
-            cache.commit(chunk.tolist())
+            cache.commit(chunk.numel())
             r += len(chunk)
 
 

@@ -289,7 +289,7 @@ def check_step(
     with torch.inference_mode():
         prefix = torch.randint(4, config.vocab_size, (1, context), generator=g).to(device)
         net(prefix, torch.arange(context, device=device)[None], None, cache)
-        cache.commit(list(range(context)))
+        cache.commit(context)
         groups = torch.arange(context + window, device=device)
         eye = torch.eye(window, dtype=torch.bool, device=device)
         mask = decode_mask(groups, window, eye)

@@ -62,7 +62,7 @@ class DraftModel:
             mask = causal.tril(n_cached)
         tokens = torch.tensor([feed], device=self.device)
         logits = self.net(tokens, positions[None], mask, self.cache)[0, -1:]
-        self.cache.commit(list(range(n_cached, n_cached + T)))
+        self.cache.commit(T)
         self.nfe += 1
         self.seconds += time.perf_counter() - tic
         return int(choose_tokens(logits, mask_id=self.mask_id)[0])  # its own read, per token

@@ -199,7 +199,7 @@ def _forward(
         logits = net(_to(inputs.tokens, device), _to(inputs.positions, device), mask, cache)
     if cache is not None:
         for r, plan in enumerate(plans):
-            cache.commit(plan.commit, r)
+            cache.commit(len(plan.commit), r)
         cache.end_forward()
     return logits, inputs.outputs
 
