@@ -64,8 +64,7 @@ def batch_inputs(
         flat += [state.canvas[p] for p in fed] + [0] * (T - len(fed))
     for fed in fed_B:
         flat += fed + [0] * (T - len(fed))
-    both = long_tensor(flat).view(2, len(states), T)
-    tokens, positions = both[0], both[1]
+    tokens, positions = long_tensor(flat).view(2, len(states), T).unbind()
     outputs = [
         (n - len(p.commit) - len(p.queries), n) for n, p in zip(n_inputs, plans, strict=True)
     ]

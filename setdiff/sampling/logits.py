@@ -27,7 +27,7 @@ def choose_tokens(
     Returns:
         tokens (M,) long and confidence (M,) float = probability of the chosen token.
     """
-    logits = logits_MV.float().index_fill(-1, _index(mask_id, logits_MV.device), float("-inf"))
+    logits = logits_MV.float() + _mask_bias(mask_id, logits_MV.shape[-1], logits_MV.device)
     if temperature == 0.0:
         probs = torch.softmax(logits, dim=-1)
         confidence, tokens = probs.max(dim=-1)
@@ -40,11 +40,14 @@ def choose_tokens(
 
 
 @functools.cache
-def _index(i: int, device: torch.device) -> torch.Tensor:
-    """``[i]`` as a long tensor on `device`, made once (a normal tensor, not an inference one:
-    autograd may save it)."""
+def _mask_bias(mask_id: int, vocab_size: int, device: torch.device) -> torch.Tensor:
+    """(V,) zeros with -inf at `mask_id`: added to logits, it sets the [MASK] logit to -inf and
+    leaves the others exactly as they are (one op, cheaper than an index fill). Made once per
+    device, as a normal tensor, not an inference one: autograd may save it."""
     with torch.inference_mode(False):
-        return torch.tensor([i], device=device)
+        return torch.zeros(vocab_size, device=device).index_fill(
+            0, torch.tensor([mask_id]).to(device), float("-inf")
+        )
 
 
 def nucleus(probs_MV: torch.Tensor, top_p: float) -> torch.Tensor:

@@ -234,8 +234,11 @@ class _Options:
         rows = self.rows_at_once(plans, spans) if len(states) > 1 else []
         if any(rows):  # at least one logits row to choose from
             return greedy_rows(logits_BTV, rows, ctxs[0].mask_id)  # type: ignore[return-value]
+        T = logits_BTV.shape[1]
         return [
-            self.select(state, plan, logits_BTV[b, start:end], ctx)
+            self.select(
+                state, plan, logits_BTV[b] if end - start == T else logits_BTV[b, start:end], ctx
+            )
             for b, (state, plan, (start, end), ctx) in enumerate(
                 zip(states, plans, spans, ctxs, strict=True)
             )
