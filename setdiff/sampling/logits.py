@@ -63,12 +63,19 @@ def accept_confident(confidence: list[float], threshold: float | None) -> list[b
     """Accept the most confident one (the first, on a tie), plus every one with confidence >=
     `threshold`, compared in float32 as a float32 tensor compares with it; on the host, from
     confidences read with the step's one read."""
-    keep = [False] * len(confidence)
-    if threshold is not None:
-        bound = struct.unpack("f", struct.pack("f", threshold))[0]
+    if threshold is None:
+        keep = [False] * len(confidence)
+    else:
+        bound = _float32(threshold)
         keep = [c >= bound for c in confidence]
-    keep[max(range(len(confidence)), key=confidence.__getitem__)] = True
+    keep[confidence.index(max(confidence))] = True
     return keep
+
+
+@functools.cache
+def _float32(value: float) -> float:
+    """`value` rounded to float32 (as a float32 tensor holds it)."""
+    return struct.unpack("f", struct.pack("f", value))[0]
 
 
 def greedy_rows(

@@ -144,9 +144,9 @@ class _Options:
       is checked against its rule in `_RULES` (`check` adds a policy's rules across options).
     - How a policy uses a KV cache: `uses_cache` (False = every forward sees the whole canvas,
       as in MDLM), `max_forward(n_given, n_new)`, the most inputs one forward can feed (a
-      too-small cache is refused before any compute), and `max_step(n_new)`, the most inputs
-      of a forward after the first (the shape a static compiled step pads to,
-      `setdiff.sampling.static`).
+      too-small cache is refused before any compute): the first forward's prefill and its
+      `first_queries`, or `max_step(n_new)`, the most inputs of a forward after the first (the
+      shape a static compiled step pads to, `setdiff.sampling.static`).
     - The usual choice: `select` chooses a token for each of the plan's `candidates` (query
       positions) and `apply` accepts the most confident plus every one with confidence >= the
       policy's threshold (`accept_confident`).
@@ -169,6 +169,13 @@ class _Options:
 
     def check(self) -> None:
         """A policy's rules across its options (each option's own rule is in `_RULES`)."""
+
+    def max_forward(self, n_given: int, n_new: int) -> int:
+        return max(n_given + self.first_queries(n_new), self.max_step(n_new))  # type: ignore[attr-defined]
+
+    def first_queries(self, n_new: int) -> int:
+        """The queries of the first forward, fused with the prefill of the `n_given` tokens."""
+        return 0
 
     @classmethod
     def from_options(cls, options: DecodeOptions | dict[str, Any], **fixed: Any) -> Any:
@@ -286,9 +293,6 @@ class ARPolicy(_Options):
     def speculative(self) -> bool:  # type: ignore[override]
         return self.draft_tokens > 0
 
-    def max_forward(self, n_given: int, n_new: int) -> int:
-        return max(n_given, self.max_step(n_new))
-
     def max_step(self, n_new: int) -> int:
         return 1 + min(self.draft_tokens, n_new)  # the last verified token, then the drafts
 
@@ -371,12 +375,11 @@ class SetPolicy(_Options):
     def speculative(self) -> bool:  # type: ignore[override]
         return self.verify
 
-    def max_forward(self, n_given: int, n_new: int) -> int:
-        window = n_new if self.window == "all" else min(self.window, n_new)
-        return max(n_given + window, self.max_step(n_new))  # the first forward holds the prefill
+    def first_queries(self, n_new: int) -> int:
+        return n_new if self.window == "all" else min(self.window, n_new)
 
     def max_step(self, n_new: int) -> int:
-        return 2 * (n_new if self.window == "all" else min(self.window, n_new))
+        return 2 * self.first_queries(n_new)
 
     def plan(self, state: DecodeState) -> Plan | None:
         if not (state.has_masks or state.drafts):  # drafts are still to be checked
@@ -425,12 +428,11 @@ class AnyOrderPolicy(_Options):
             f"window must be an int >= 1 or None, got {self.window!r}",
         )
 
-    def max_forward(self, n_given: int, n_new: int) -> int:
-        first = n_new if self.window is None else min(self.window, n_new)
-        return max(n_given + first, self.max_step(n_new))  # the first forward holds the prefill
+    def first_queries(self, n_new: int) -> int:
+        return n_new if self.window is None else min(self.window, n_new)
 
     def max_step(self, n_new: int) -> int:
-        return 1 + (n_new if self.window is None else min(self.window, n_new))
+        return 1 + self.first_queries(n_new)
 
     def plan(self, state: DecodeState) -> Plan | None:
         if not state.has_masks:
@@ -482,8 +484,8 @@ class BlockPolicy(_Options):
     top_p: float = 1.0
     shift: bool = False
 
-    def max_forward(self, n_given: int, n_new: int) -> int:
-        return max(n_given + self.block_size, self.max_step(n_new))  # prefill + the first block
+    def first_queries(self, n_new: int) -> int:
+        return self.block_size
 
     def max_step(self, n_new: int) -> int:
         return 2 * self.block_size
@@ -522,11 +524,11 @@ class MDLMPolicy(_Options):
     """Fixed by the trained model (`MDLMConfig.causal_prompt`): the prompt attends causally,
     the slots after it bidirectionally."""
 
-    def max_forward(self, n_given: int, n_new: int) -> int:
-        return n_given + n_new
+    def first_queries(self, n_new: int) -> int:
+        return n_new  # every forward: the whole canvas
 
     def max_step(self, n_new: int) -> int:
-        return n_new + 1  # unused: MDLM has no cache, so no static step
+        return n_new  # unused: MDLM has no cache, so no static step
 
     def plan(self, state: DecodeState) -> Plan | None:
         if not state.has_masks:
