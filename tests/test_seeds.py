@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -252,6 +253,10 @@ def test_the_report_table_renders_from_a_metrics_file(tmp_path: Path) -> None:
     assert table.loc["setdlm verify W8", "main run"] == ""  # another decode than evaluate's
     assert table.loc["ar", "− AR per seed"] == ""
     assert table.loc["setdlm", "sd > 0.03"] == "no"
+    # two seeds: sd * sqrt(1 / q) at chi-square(1)'s quantiles q, each a squared normal quantile
+    sd, z = statistics.stdev([0.70, 0.66]), statistics.NormalDist().inv_cdf
+    assert table.loc["setdlm", "sd 95% CI"] == f"[{sd / z(0.9875):.3f}, {sd / z(0.5125):.3f}]"
+    assert table.loc["bd3lm", "sd 95% CI"] == ""  # one seed
     assert table.loc["bd3lm", "− AR per seed"] == "-0.240"  # seed 1 only
     assert table.loc["bd3lm", "sign on every seed"] == "below AR"
     assert table.loc["setdlm", "one-run SE"] == "0.021"

@@ -53,6 +53,39 @@ def wilson_interval(accuracy: float, n: int) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def sd_interval(sd: float, n: int) -> tuple[float, float]:
+    """95% interval of a spread's true sd from the sample sd of `n` runs (normal runs: the
+    sample variance times n - 1 over the variance is chi-square with n - 1 degrees of freedom).
+    Three seeds pin an sd only to within a factor of about 6 either way."""
+    if n < 2 or math.isnan(sd):
+        return math.nan, math.nan
+    k = n - 1
+    return sd * math.sqrt(k / chi2_quantile(0.975, k)), sd * math.sqrt(k / chi2_quantile(0.025, k))
+
+
+def chi2_quantile(p: float, k: int) -> float:
+    """The `p` quantile of chi-square with `k` degrees of freedom, by bisection on its CDF (the
+    regularized lower incomplete gamma P(k/2, x/2), summed as its power series)."""
+
+    def cdf(x: float) -> float:
+        a, h = k / 2, x / 2
+        term = total = 1 / a
+        for n in range(1, 500):
+            term *= h / (a + n)
+            total += term
+            if term < total * 1e-15:
+                break
+        return math.exp(a * math.log(h) - h - math.lgamma(a)) * total
+
+    lo, hi = 0.0, 2.0 * k + 10
+    while cdf(hi) < p:
+        hi *= 2
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
 def _summarize_group(group: pd.DataFrame) -> pd.Series:
     quality = group["exact"].astype(float)
     if quality.isna().all() and "score" in group:

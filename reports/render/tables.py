@@ -19,6 +19,7 @@ from reports.analysis.stats import (
     accuracy_under_parallelism,
     bootstrap_mean_ci,
     pareto_mask,
+    sd_interval,
     sort_paradigms,
     wilson_interval,
 )
@@ -335,7 +336,8 @@ def backbone_table(backbone: pd.DataFrame) -> pd.DataFrame:
 
 def seeds_table(seeds: pd.DataFrame, evaluate: pd.DataFrame) -> pd.DataFrame:
     """One row per (task, paradigm) of the seed study, plus one per extra decode (``also``):
-    each seed's accuracy, mean ± sample sd, min–max, one run's binomial SE at the same prompts,
+    each seed's accuracy, mean ± sample sd, the sd's 95% interval (chi-square: three seeds pin
+    an sd only loosely), min–max, one run's binomial SE at the same prompts,
     tokens per forward (mean over seeds), the gap to the same seed's AR model on every seed and
     whether its sign holds on all of them, and the main run's accuracy (the recipe's seed, from
     the evaluate stage) when the study trained with the recipe's steps."""
@@ -396,6 +398,7 @@ def _spread_cells(
     cells = {
         "accuracy per seed": ", ".join(fmt(a, ".3f") for a in accuracies),
         "mean ± sd": fmt(mean, ".3f") if _blank(sd) else fmt_pm(mean, sd),
+        "sd 95% CI": "" if _blank(sd) or len(accuracies) < 2 else _interval(sd, len(accuracies)),
         "min–max": f"{min(accuracies):.3f}–{max(accuracies):.3f}" if accuracies else "",
         "one-run SE": fmt(spread.get("binomial_se"), ".3f"),
         "tokens/forward": fmt(statistics.fmean(per_forward), ".2f") if per_forward else "",
@@ -412,6 +415,11 @@ def _spread_cells(
         named = {frozenset({1}): "above AR", frozenset({-1}): "below AR", frozenset({0}): "tie"}
         cells["sign on every seed"] = named.get(frozenset(signs), "mixed")
     return cells
+
+
+def _interval(sd: float, n: int) -> str:
+    lo, hi = sd_interval(sd, n)
+    return f"[{lo:.3f}, {hi:.3f}]"
 
 
 def _decode_label(decode: object) -> str:

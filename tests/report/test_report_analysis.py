@@ -3,6 +3,8 @@ parallelism) and the findings sentences, on fixed frames and the synthetic run."
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -152,3 +154,26 @@ def test_findings_state_accuracy_gaps_speedup_and_backbone(derived: Derived) -> 
     assert "`4-heads` (-1.0 pts" in lines[3] and "`base` (-20.0 pts)" in lines[3]
     lo, hi = findings.wilson_interval(0.0, 10)
     assert lo == 0.0 and 0.27 < hi < 0.29  # the Wilson interval, not the degenerate normal one
+
+
+@pytest.mark.parametrize(
+    ("p", "k", "expected"),
+    [
+        (0.95, 1, 3.8415),  # tabulated values
+        (0.95, 2, 5.9915),
+        (0.95, 3, 7.8147),
+        (0.975, 2, -2 * math.log(0.025)),  # chi-square(2) is exponential: closed form
+        (0.025, 2, -2 * math.log(0.975)),
+        (0.5, 40, 39.3354),
+    ],
+)
+def test_chi2_quantile_matches_known_values(p: float, k: int, expected: float) -> None:
+    assert stats.chi2_quantile(p, k) == pytest.approx(expected, rel=1e-4)
+
+
+def test_sd_interval_of_three_seeds_is_wide() -> None:
+    """Three seeds at sd 0.038 (bd3lm's) cannot tell 0.03 from 0.2: the interval holds both."""
+    lo, hi = stats.sd_interval(0.038, 3)
+    assert lo == pytest.approx(0.038 * math.sqrt(2 / (-2 * math.log(0.025))), rel=1e-6)
+    assert lo < 0.03 < 0.2 < hi
+    assert all(math.isnan(v) for v in stats.sd_interval(0.038, 1))
