@@ -26,18 +26,6 @@ from typing import Any, Self
 import torch
 
 
-def _layout(model: torch.nn.Module) -> dict[str, Any]:
-    """The key/value shape, dtype and device of `model`'s attention layers."""
-    config, param = model.config, next(model.parameters())
-    return {
-        "n_layer": config.n_layer,
-        "n_kv_head": config.n_kv_head,
-        "head_dim": config.head_dim,
-        "dtype": param.dtype,
-        "device": param.device,
-    }
-
-
 class KVCache:
     """Keys/values of committed tokens per row; see the module docstring."""
 
@@ -73,8 +61,16 @@ class KVCache:
     def for_model(cls, model: torch.nn.Module, capacity: int | list[int], **extra: Any) -> Self:
         """A cache shaped for `model`, of one row (`capacity` an int) or one row per capacity;
         `extra`: ``slack``, ``bucket``, ``static``."""
-        capacities = [capacity] if isinstance(capacity, int) else list(capacity)
-        return cls(capacities=capacities, **extra, **_layout(model))
+        config, param = model.config, next(model.parameters())
+        return cls(
+            n_layer=config.n_layer,
+            n_kv_head=config.n_kv_head,
+            head_dim=config.head_dim,
+            capacities=[capacity] if isinstance(capacity, int) else list(capacity),
+            dtype=param.dtype,
+            device=param.device,
+            **extra,
+        )
 
     @property
     def length(self) -> int:

@@ -1,10 +1,6 @@
-"""`generate`: one prompt through the decode engine (`setdiff.sampling.engine`), a batch of one.
-
-`generate` validates everything before any compute, builds the paradigm's policy and the cache,
-and runs the engine. With ``use_cache=True`` each forward feeds only the tokens being committed
-plus the queries, over a KV cache; with ``use_cache=False`` it feeds every committed token again
-(full recomputation with the same mask rules), which must give the same logits: the tests hold
-the cache to that. NFE counts real forward calls.
+"""`generate` and `generate_batch`: one prompt, or many, through the decode engine
+(`setdiff.sampling.engine`). Both validate everything before any compute, build the paradigm's
+policy and the cache, and run the engine.
 
 The engine knows models through `Decodable` (a backbone, its paradigm, its tokenizer), which
 `setdiff.artifacts.LoadedModel` satisfies: sampling sits below artifacts and never imports it.
