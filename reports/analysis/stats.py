@@ -56,7 +56,7 @@ def wilson_interval(accuracy: float, n: int) -> tuple[float, float]:
 def sd_interval(sd: float, n: int) -> tuple[float, float]:
     """95% interval of a spread's true sd from the sample sd of `n` runs (normal runs: the
     sample variance times n - 1 over the variance is chi-square with n - 1 degrees of freedom).
-    Three seeds pin an sd only to within a factor of about 6 either way."""
+    Three seeds pin an sd only to within about half of it below and six times it above."""
     if n < 2 or math.isnan(sd):
         return math.nan, math.nan
     k = n - 1
