@@ -63,11 +63,10 @@ TOKENS_WORKER = """
 import json, sys, time, torch
 sys.path.insert(0, sys.argv[1])
 torch.set_num_threads(1)
-from setdiff.bench.core import CONFIG
+from setdiff.bench.core import CONFIG, MASK_ID
 from setdiff.bench.host import DECODES, prompts
 from setdiff.model import Transformer
 from setdiff.paradigm import make_paradigm
-from setdiff.bench.core import MASK_ID
 from setdiff.sampling.loop import generate
 torch.manual_seed(0)
 net = Transformer(CONFIG).eval()
