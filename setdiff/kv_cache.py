@@ -1,20 +1,9 @@
 """KVCache: preallocated keys/values of committed tokens, post-RoPE, per row in commit order.
 
-One cache for one prompt or a batch, eager or static. Row b holds ``lengths[b]`` committed
-entries in slots ``[0, lengths[b])``. A forward *stages* the keys/values of its T inputs per row
-right after that row's own entries and attends over slots ``[0, max(lengths) + T)`` (a static
-cache: over every slot), so the caller's mask must hide a row's slots past its own entries when
-rows differ. Afterwards the caller commits a row's first `n` staged entries (the tokens it
-decided to keep, which it placed first in the input); the rest (masked queries) are simply
-forgotten: they sit past the row's length and the next forward overwrites them. So a masked
-query's K/V never stays in the cache, and committing costs nothing.
-
-A static cache (``static=True``) has one shape whatever its lengths, so that a decode step can be
-compiled or captured as a CUDA graph (`setdiff.sampling.static`): it stages at slot indices held
-in a tensor rather than at a Python offset, which would change the traced graph each step, and
-its slot count is rounded up to a multiple of `bucket`, so that decodes of nearby lengths share
-one shape. `slack` slots past the largest capacity hold a forward's inputs (queries, padding),
-so that entries are dropped from the left exactly as the capacity says (`make_room`).
+One cache for one prompt or a batch, eager or static (one shape whatever its lengths, for a
+compiled step: staged at slot indices held in a tensor, slots rounded up to `bucket`). A forward
+stages its inputs' K/V after each row's own entries; the caller commits a row's first `n` of them
+and the rest are overwritten by the next forward. See docs/design.md, "The decode engine".
 
 Shapes: N layers, B rows, G kv heads, C slots, E head dim, T new tokens.
 """

@@ -12,13 +12,14 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import numbers
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from setdiff.arguments import is_int
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -84,7 +85,7 @@ def hf_generate(
         ("assistant_tokens", assistant_tokens),
         ("prompt_lookup_num_tokens", prompt_lookup_num_tokens),
     ):
-        if k is not None and not (_is_int(k) and k >= 1):
+        if k is not None and not (is_int(k) and k >= 1):
             raise ValueError(f"{name} must be an int >= 1, got {k!r}")
     model = load_hf_model(hf_dir, device=device) if isinstance(hf_dir, str | Path) else hf_dir
     if assistant_model is not None and (
@@ -129,11 +130,6 @@ def hf_generate(
         "tokens_per_forward": len(tokens) / max(forwards[0], 1),
         "assistant_forwards": assistant_forwards[0],
     }
-
-
-def _is_int(value: Any) -> bool:
-    """An integer; a bool (a Python int) is not one."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 @contextlib.contextmanager

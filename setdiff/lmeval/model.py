@@ -25,6 +25,7 @@ from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
+from setdiff.arguments import is_int
 from setdiff.artifacts import load_model
 from setdiff.masks import make_causal_mask_mod, training_mask
 from setdiff.paradigm import Batch
@@ -71,9 +72,9 @@ class SetdiffLM(TemplateLM):
         super().__init__()
         if not path:
             raise ValueError("model_args: path=<setdiff model directory> is required")
-        if not isinstance(seed, int) or isinstance(seed, bool):
+        if not is_int(seed):
             raise ValueError(f"model_args: seed must be an integer, got {seed!r}")
-        if not isinstance(mc_samples, int) or isinstance(mc_samples, bool) or mc_samples < 1:
+        if not is_int(mc_samples) or mc_samples < 1:
             raise ValueError(f"model_args: mc_samples must be an integer >= 1, got {mc_samples!r}")
         decode = {k: v for k, v in options.items() if k not in IGNORED_ARGS}
         self.model = load_model(

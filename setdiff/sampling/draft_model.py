@@ -1,11 +1,6 @@
 """The draft model of speculative AR decoding (``generate(ar_model, ..., draft=small_ar_model,
-draft_tokens=k)``): a small AR model with its own KV cache that proposes k greedy tokens after
-the verified prefix; the main model checks them in one forward (`setdiff.sampling.verify`).
-
-Its cache holds the K/V of the tokens it was fed, positions 0.. in order. Before each proposal
-it keeps the longest prefix of them that the verified prefix still starts with (the accepted
-drafts) and feeds the rest (the corrected or bonus token): the rejected drafts' K/V are
-dropped, as the main model's are.
+draft_tokens=k)``): a small AR model with its own KV cache proposes k greedy tokens after the
+verified prefix; the main model checks them in one forward (`setdiff.sampling.verify`).
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
 """The decode engine: plan -> forward -> select -> one read -> apply -> stop?, for every row of a
-batch at once. `generate` is a batch of one row, `generate_batch` a batch of many.
-
-Each row (`Lane`) has its own `DecodeState` (window, accepted set, commit order), generator and
-stop. Per step, every row still decoding plans its forward; the plans are padded to the longest
-one and run as one forward with a per-row mask (`setdiff.sampling.inputs`), and every row's
-policy selects from its own logits, on the model's device. The choices of every row are then read
-to the host in one transfer (`read_picks`): the step's only blocking read of device values, however
-many rows. Rows that finish leave the batch (their cache rows are dropped). So each row decodes
-exactly the forwards it would decode alone, in the same order, with the same generator draws.
-
-With a cache, rows commit different numbers of entries per forward: the `KVCache` stages each
-row's inputs at its own offset. ``compile_step`` (one row) runs the same loop with its forwards
-through a `setdiff.sampling.static.StaticStep` over a static cache. Without a cache every
-forward feeds every committed token again (full recomputation with the same mask rules), which
-must give the same logits: the tests hold the cache to that. NFE counts real forward calls.
+batch at once (`generate` is a batch of one row). Each row decodes exactly the forwards it would
+decode alone; the choices of all rows are read to the host in one transfer per forward
+(`read_picks`). See docs/design.md, "The decode engine".
 """
 
 from __future__ import annotations
@@ -73,19 +61,19 @@ class Stopper:
 
     def find(self, state: DecodeState) -> int | None:
         """Canvas position of the token that completes the first stop, or None."""
-        prefix = state.canvas[state.gen_start : state.verified_end()]
-        for i in range(self.checked, len(prefix)):
-            if prefix[i] in self.ids:
-                return state.gen_start + i
-        if self.strings and len(prefix) > self.checked:
+        canvas, start, end = state.canvas, state.gen_start, state.verified_end()
+        for p in range(start + self.checked, end):
+            if canvas[p] in self.ids:
+                return p
+        if self.strings and end - start > self.checked:
             assert self.tokenizer is not None  # refused before any compute otherwise
-            text = self.tokenizer.decode(prefix)
-            if any(s in text for s in self.strings):
+            prefix = canvas[start:end]
+            if any(s in self.tokenizer.decode(prefix) for s in self.strings):
                 for i in range(self.checked, len(prefix)):
                     head = self.tokenizer.decode(prefix[: i + 1])
                     if any(s in head for s in self.strings):
-                        return state.gen_start + i
-        self.checked = len(prefix)
+                        return start + i
+        self.checked = end - start
         return None
 
 

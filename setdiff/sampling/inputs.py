@@ -1,24 +1,7 @@
 """The inputs of one decoding forward over a batch of rows: tokens, positions and mask, from each
-row's plan. The one input builder: `generate` is a batch of one row.
-
-Row b feeds its plan's committed tokens then its queries; with a cache holding ``o_b`` entries of
-that row its keys are those entries, then its inputs (the key slots of every row share one
-layout: the first ``o_b + F_b`` hold its committed entries, then its M_b queries, then padding);
-without a cache (``offsets=None``) it feeds every committed token again, then the queries. Rows
-are padded to the longest; a padding input sees only itself, so its row stays finite and nobody
-reads it. The mask rows follow `setdiff.masks.decode_mask` row by row (the tests hold them to
-it): committed token i sees committed j iff ``group[j] <= group[i]``, queries see every committed
-token and each other as the plan says.
-
-Shifted queries (``shift=True``, paradigms trained with ``shift: true``): the query of position p
-is fed at position p - 1 with the canvas token there (the decoded token, or [MASK] while it is
-undecoded) and does not see that position's committed key, for which it stands in. Decoded left
-to right, such a query computes exactly what an AR model computes at p - 1. (A query of position
-0, a block diffusion query over BOS, has nothing before it and stays in place.)
-
-Everything is built from the host's plain state, in a few tensor ops per forward whatever the
-batch size: building reads nothing back from a device. When the mask would be all True (an AR
-step, an MDLM forward) it is None, so attention takes its unmasked path, as it always has.
+row's plan, built from the host's plain state in a few tensor ops whatever the batch size (the
+one input builder; the mask rows follow `setdiff.masks.decode_mask`, shifted queries included).
+See docs/design.md, "The decode engine".
 """
 
 from __future__ import annotations

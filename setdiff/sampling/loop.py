@@ -8,14 +8,13 @@ The engine knows models through `Decodable` (a backbone, its paradigm, its token
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, Unpack, runtime_checkable
 
 import torch
 
+from setdiff.arguments import as_int, as_sequence, per_row
 from setdiff.kv_cache import KVCache
 from setdiff.sampling.draft_model import DraftModel
 from setdiff.sampling.engine import GenerateResult, Lane, Stopper, run
@@ -140,20 +139,20 @@ def generate_batch(
     Raises:
         ValueError: on any bad argument, before any compute, naming the row (``prompts[2]``).
     """
-    prompts = _as_sequence(prompts, "prompts", "prompts (lists of token ids)")
+    prompts = as_sequence(prompts, "prompts", "prompts (lists of token ids)")
     if not prompts:
         raise ValueError("prompts must hold at least one prompt")
     if isinstance(prompts[0], int) and not isinstance(prompts[0], bool):
         raise ValueError("prompts must be a list of prompts (lists of token ids), not one prompt")
     B = len(prompts)
-    suffix_rows = [None] * B if suffixes is None else _as_sequence(suffixes, "suffixes", "suffixes")
+    suffix_rows = [None] * B if suffixes is None else as_sequence(suffixes, "suffixes", "suffixes")
     if len(suffix_rows) != B:
         raise ValueError(f"suffixes must hold one entry per prompt ({B}), got {len(suffix_rows)}")
     rows = zip(
         prompts,
         suffix_rows,
-        _per_row(max_new_tokens, B, "max_new_tokens"),
-        _per_row(seed, B, "seed"),
+        per_row(max_new_tokens, B, "max_new_tokens"),
+        per_row(seed, B, "seed"),
         strict=True,
     )
     args = (stop_ids, stop_strings, cache_size, use_cache, trace_logits, policy_options)
@@ -237,7 +236,7 @@ def make_lane(
     vocab_size, mask_id = net.config.vocab_size, paradigm.mask_id
     prompt = _as_ids(prompt_ids, names[0], vocab_size, mask_id)
     suffix = [] if suffix_ids is None else _as_ids(suffix_ids, names[2], vocab_size, mask_id)
-    n_new, seed = _as_int(max_new_tokens, names[1]), _as_int(seed, names[3])
+    n_new, seed = as_int(max_new_tokens, names[1]), as_int(seed, names[3])
     total = check_lengths(net, paradigm, prompt, suffix, n_new, names=names[:3])
     need = check_cache_size(policy, prompt, suffix, n_new, cache_size)
     device = next(net.parameters()).device
@@ -271,7 +270,7 @@ def _as_stops(
 def as_stop_strings(stop_strings: Any, name: str = "stop_strings") -> tuple[str, ...]:
     """`stop_strings` as a tuple of non-empty strings (an empty one is in every text, so it
     would stop at the first token); a `ValueError` naming `name` otherwise."""
-    strings = _as_sequence(stop_strings, name, "strings")
+    strings = as_sequence(stop_strings, name, "strings")
     if not all(isinstance(s, str) for s in strings):
         raise ValueError(f"{name} must hold strings, got {list(strings)!r}")
     if "" in strings:
@@ -322,7 +321,7 @@ def check_cache_size(
     """The most inputs one forward of this decode feeds; refuses a cache too small for it (or,
     for ``verify``, one that would drop entries: the decode would no longer be W = 1's)."""
     need = policy.max_forward(len(prompt) + len(suffix), max_new_tokens)
-    if cache_size is not None and _as_int(cache_size, "cache_size") < need:
+    if cache_size is not None and as_int(cache_size, "cache_size") < need:
         raise ValueError(
             f"cache_size={cache_size} cannot hold one forward of this decode ({need} inputs)"
         )
@@ -389,7 +388,7 @@ def _as_ids(ids: Any, name: str, vocab_size: int, mask_id: int | None = None) ->
         if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
             raise ValueError(f"{name} must hold integer token ids, got a {ids.dtype} tensor")
         ids = ids.tolist()
-    out = [_as_int(i, f"{name}[{n}]") for n, i in enumerate(_as_sequence(ids, name, "token ids"))]
+    out = [as_int(i, f"{name}[{n}]") for n, i in enumerate(as_sequence(ids, name, "token ids"))]
     outside = [i for i in out if not 0 <= i < vocab_size]
     if outside:
         raise ValueError(
@@ -402,30 +401,3 @@ def _as_ids(ids: Any, name: str, vocab_size: int, mask_id: int | None = None) ->
             "and suffix_ids when infilling)"
         )
     return out
-
-
-def _as_sequence(value: Any, name: str, what: str) -> list[Any]:
-    """A list, tuple, range or array of `what` as a list; a lone str or number is refused (a
-    str would be split into characters)."""
-    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        raise ValueError(f"{name} must be a list of {what}, got {value!r}")
-    return list(value)
-
-
-def _as_int(value: Any, name: str) -> int:
-    """An integer (Python, NumPy or 0-d tensor); bools, floats and strings are refused."""
-    if not isinstance(value, bool):
-        with contextlib.suppress(TypeError):
-            return operator.index(value)
-    raise ValueError(f"{name} must be an integer, got {value!r}")
-
-
-def _per_row(value: Any, n: int, name: str) -> list[int]:
-    """One int for every row, or a sequence of one int per row."""
-    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
-        if len(value) != n:
-            raise ValueError(
-                f"{name} must be an int or hold one per prompt ({n}), got {len(value)}"
-            )
-        return [_as_int(v, f"{name}[{i}]") for i, v in enumerate(value)]
-    return [_as_int(value, name)] * n

@@ -1,49 +1,20 @@
-"""Decoding policies: which tokens each forward commits and queries, and which it accepts.
-
-One policy per paradigm's sampler; the engine in `setdiff.sampling.engine` is shared. A policy
-is a frozen record of its options with these methods:
-- ``plan(state) -> Plan | None``: the next forward (None = done);
-- ``select(state, plan, logits, ctx) -> picks``: that forward's choices, as tensors on the
-  logits' device (tokens, confidences, indices), computed without reading anything back
-  (``select_rows``: every row of a batched forward; greedy AR and setdlm choose them all at once);
-- ``apply(state, plan, picks, ctx) -> (positions, n_rejected)``: applies the picks to the state,
-  read to the host as lists of ints (the engine reads every row's picks of a forward at once: one
-  read per forward); only verify's rejected drafts give ``n_rejected > 0``, cache entries to
-  drop.
-
-Policies:
-- `ARPolicy`: next-token decoding; each forward commits the previous token and predicts the next.
-  ``draft_tokens=k`` (with ``generate(..., draft=model)``): speculative decoding, exactly the
-  greedy decode; a draft model proposes k tokens, each forward checks them
-  (`setdiff.sampling.verify`).
-- `SetPolicy` (setdlm): a sliding window of W masked positions from the leftmost undecoded one
-  (the first forward also prefills the given tokens, as AR's first forward does); accept the
-  most confident plus every one with confidence >= tau;
-  accepted tokens are committed (left to right) by the next forward, fused with the next
-  queries. ``window="all"`` = any-order decoding. A suffix in the canvas = infilling.
-  ``verify=True``: self-speculative, exactly the W = 1 greedy decode (`setdiff.sampling.verify`).
-- `AnyOrderPolicy` (aogpt): one token per step, in random or confidence order, with linear
-  temperature annealing.
-- `BlockPolicy` (bd3lm): blocks of S in order; queries see their whole block; the finished block
-  is committed by the first forward of the next one.
-- `MDLMPolicy` (mdlm): no cache; every forward sees the whole canvas; semi-autoregressive chunks,
-  confidence- or random-order unmasking.
-
-User options (`DecodeOptions`: params, CLI, ``setdiff.generate(**options)``) are parsed once, by
-``from_options`` (which `decode_policy` calls): the threshold "off" becomes None
-there, so a policy and the accept rule only ever see ``float | None``.
+"""Decoding policies: which tokens each forward commits and queries, and which it accepts. One per
+paradigm; the engine (`setdiff.sampling.engine`) is shared. A policy is a frozen record of its
+options with ``plan(state) -> Plan | None`` (None = done), ``select(...)`` (the forward's choices
+as tensors on the logits' device, nothing read back) and ``apply(...)`` (the choices, read as
+lists, applied to the state). User options (`DecodeOptions`) are parsed once, by
+``from_options``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 import torch
 
+from setdiff.arguments import is_int, is_number
 from setdiff.config import ConfigError, check, frozen
 from setdiff.masks import make_prompt_causal_mask_mod
 from setdiff.sampling.logits import accept_confident, choose_tokens, greedy_rows
@@ -89,30 +60,20 @@ class DecodeOptions(TypedDict, total=False):
     draft_tokens: int
 
 
-def _is_number(value: Any) -> bool:
-    """A finite real number; a bool (a Python int) is not one."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _is_int(value: Any) -> bool:
-    """An integer; a bool (a Python int) is not one."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "temperature": (lambda v: _is_number(v) and v >= 0, "a finite number >= 0"),
+    "temperature": (lambda v: is_number(v) and v >= 0, "a finite number >= 0"),
     "final_temperature": (
-        lambda v: v is None or (_is_number(v) and v >= 0),
+        lambda v: v is None or (is_number(v) and v >= 0),
         "a finite number >= 0 or None",
     ),
-    "top_p": (lambda v: _is_number(v) and 0 < v <= 1, "a number in (0, 1]"),
+    "top_p": (lambda v: is_number(v) and 0 < v <= 1, "a number in (0, 1]"),
     "threshold": (
         lambda v: v is None or (isinstance(v, float) and 0 < v <= 1),
         "a float in (0, 1] or None",  # "off" is None once `parse_threshold` has read it
     ),
     "order": (lambda v: v in ("random", "confidence"), "random|confidence"),
-    "chunk_size": (lambda v: _is_int(v) and v >= 1, "an int >= 1"),
-    "draft_tokens": (lambda v: _is_int(v) and v >= 0, "an int >= 0"),
+    "chunk_size": (lambda v: is_int(v) and v >= 1, "an int >= 1"),
+    "draft_tokens": (lambda v: is_int(v) and v >= 0, "an int >= 0"),
     "verify": (lambda v: isinstance(v, bool), "true or false"),
 }
 """Each decode option's rule and how its error names it, checked for every policy holding it."""
@@ -122,7 +83,7 @@ def parse_threshold(threshold: float | str | None) -> float | None:
     """A user's threshold: None or "off" = no threshold; otherwise a confidence in (0, 1]."""
     if threshold is None or threshold == "off":
         return None
-    if not (_is_number(threshold) and 0 < threshold <= 1):
+    if not (is_number(threshold) and 0 < threshold <= 1):
         raise ValueError(f"threshold must be in (0, 1] or 'off', got {threshold!r}")
     return float(threshold)
 
@@ -171,7 +132,11 @@ class _Options:
         """A policy's rules across its options (each option's own rule is in `_RULES`)."""
 
     def max_forward(self, n_given: int, n_new: int) -> int:
-        return max(n_given + self.first_queries(n_new), self.max_step(n_new))  # type: ignore[attr-defined]
+        return max(n_given + self.first_queries(n_new), self.max_step(n_new))
+
+    def max_step(self, n_new: int) -> int:
+        """The most inputs of a forward after the first (0: no cache, so no static step)."""
+        return 0
 
     def first_queries(self, n_new: int) -> int:
         """The queries of the first forward, fused with the prefill of the `n_given` tokens."""
@@ -274,6 +239,8 @@ class _Options:
 
 @frozen
 class ARPolicy(_Options):
+    """ar: next-token decoding; ``draft_tokens=k`` checks a draft model's k tokens a forward."""
+
     temperature: float = 0.0
     top_p: float = 1.0
     draft_tokens: int = 0
@@ -334,6 +301,8 @@ class ARPolicy(_Options):
 
 @frozen
 class SetPolicy(_Options):
+    """setdlm: a sliding window of W masked positions from the leftmost undecoded one."""
+
     window: int | Literal["all"] = 4
     """W: masked positions predicted per step, from the leftmost undecoded one ("all" = any)."""
     threshold: float | None = None
@@ -362,7 +331,7 @@ class SetPolicy(_Options):
             )
         if self.window != "all":
             check(
-                _is_int(self.window) and self.window >= 1,
+                is_int(self.window) and self.window >= 1,
                 f"window must be an int >= 1 or 'all', got {self.window!r}",
             )
             check(
@@ -412,6 +381,8 @@ class SetPolicy(_Options):
 
 @frozen
 class AnyOrderPolicy(_Options):
+    """aogpt: one token a forward, in random or confidence order, temperature annealed."""
+
     order: Literal["random", "confidence"] = "random"
     temperature: float = 0.0
     final_temperature: float | None = None
@@ -424,7 +395,7 @@ class AnyOrderPolicy(_Options):
 
     def check(self) -> None:
         check(
-            self.window is None or (_is_int(self.window) and self.window >= 1),
+            self.window is None or (is_int(self.window) and self.window >= 1),
             f"window must be an int >= 1 or None, got {self.window!r}",
         )
 
@@ -440,15 +411,12 @@ class AnyOrderPolicy(_Options):
         commit = state.uncommitted_decoded()  # the first forward: prefill fused with queries
         return _causal_plan(state, commit, _window(state, self.window))
 
-    def temperature_at(self, done: int, total: int) -> float:
+    def step_temperature(self, plan: Plan, ctx: DecodeContext) -> float:
+        """Annealed linearly: ``n_new - m`` of `n_new` taken as decoded, for m queries."""
         if self.final_temperature is None:
             return self.temperature
-        frac = done / max(total - 1, 1)
+        frac = (ctx.n_new - len(plan.queries)) / max(ctx.n_new - 1, 1)
         return self.temperature + (self.final_temperature - self.temperature) * frac
-
-    def step_temperature(self, plan: Plan, ctx: DecodeContext) -> float:
-        """Annealed: ``n_new - m`` of `n_new` taken as decoded, for a forward of m queries."""
-        return self.temperature_at(ctx.n_new - len(plan.queries), ctx.n_new)
 
     def select(
         self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
@@ -476,6 +444,9 @@ class AnyOrderPolicy(_Options):
 
 @frozen
 class BlockPolicy(_Options):
+    """bd3lm: blocks of S in order, queries see their whole block; the finished block is committed
+    by the first forward of the next."""
+
     block_size: int = 4
     """S, fixed by the trained model."""
     threshold: float | None = None
@@ -508,6 +479,8 @@ class BlockPolicy(_Options):
 
 @frozen
 class MDLMPolicy(_Options):
+    """mdlm: no cache, every forward sees the whole canvas; semi-autoregressive chunks."""
+
     uses_cache = False  # every forward sees the whole canvas bidirectionally
 
     chunk_size: int = 32
@@ -526,9 +499,6 @@ class MDLMPolicy(_Options):
 
     def first_queries(self, n_new: int) -> int:
         return n_new  # every forward: the whole canvas
-
-    def max_step(self, n_new: int) -> int:
-        return n_new  # unused: MDLM has no cache, so no static step
 
     def plan(self, state: DecodeState) -> Plan | None:
         if not state.has_masks:

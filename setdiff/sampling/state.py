@@ -1,13 +1,5 @@
-"""DecodeState and Plan: what a decoding loop knows between forwards, held on the host.
-
-The canvas holds the prompt, the slots being generated (``mask_id`` until decoded) and, for
-infilling, a given suffix. Tokens move masked -> decoded (accepted by a policy) -> committed (their
-K/V written by a forward, in commit order, each with a group; see `setdiff.masks.decode_mask`).
-
-The state is plain Python (lists of ints and bools), not tensors: the host needs these values to
-shape every forward, and reading them out of tensors would cost a blocking device-to-host read
-each time once the model lives on a GPU. The only values that come from the device are each
-forward's choices, read once per forward by the engine (`setdiff.sampling.engine`).
+"""DecodeState and Plan: what a decoding loop knows between forwards, held on the host as plain
+Python values (reading them out of device tensors would cost a blocking read each time).
 """
 
 from __future__ import annotations

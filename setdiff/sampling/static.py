@@ -1,20 +1,6 @@
-"""A static-shape decode step, compiled: ``generate(..., compile_step=True)``.
-
-A decoding forward's shape changes every step (the committed tokens, the queries, the cache
-length), so a compiler would trace a new graph each time. `StaticStep` fixes it: every forward
-after the first feeds exactly ``policy.max_step(n_new)`` inputs (the real ones, then padding
-rows that see only their own key and whose outputs and keys are dropped), attends over every
-slot of a static `KVCache` (the mask hides the slots past the committed and staged entries) and
-stages at slot indices held in a tensor. That one shape runs through ``torch.compile``: one graph
-per model, step size and `STATIC_BUCKET` of cache slots; on CUDA in ``reduce-overhead`` mode,
-i.e. replayed as a CUDA graph, with the cache's buffers marked static so the graph may write
-them. A forward larger than the step (a prefill longer than it) runs eagerly over the same
-cache; a shorter prefill is padded and compiled like a step. The logits equal the eager step's
-up to float rounding (tests/test_static_step.py).
-
-The padding and the attention over every slot are extra work: on CPU, where a step's cost is its
-ops and its rows rather than kernel launches, the compiled static step is no faster than the
-eager one (`setdiff.bench.core`); it is built for GPUs, where launches dominate a small step.
+"""A static-shape decode step, compiled (``generate(..., compile_step=True)``): every forward after
+the first padded to ``policy.max_step(n_new)`` inputs over every slot of a static `KVCache`, run
+through ``torch.compile`` (a CUDA graph on CUDA). See docs/design.md, "The decode engine".
 """
 
 from __future__ import annotations

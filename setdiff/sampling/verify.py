@@ -1,27 +1,8 @@
-"""Speculative decoding, lossless w.r.t. left-to-right greedy decoding: drafts checked by the
-model's own left-to-right greedy predictions. Two draft sources feed the one accept rule here:
-- self-speculative set decoding (``SetPolicy(verify=True)``): drafts from the set queries;
-  exactly the W = 1 greedy decode;
-- speculative AR decoding (``ARPolicy(draft_tokens=k)``, ``generate(..., draft=model)``): drafts
-  from a small AR draft model (``propose``); exactly the AR greedy decode. Without queries, a
-  committed row's logits are its AR prediction, and every forward commits [last verified,
-  drafts...] causally, so the rule below reads the same rows (the last committed one when there
-  are no drafts, e.g. the prefill); the draft model proposes after every forward, rejected or not.
-
-With shifted queries a committed row at position q sees exactly the causal prefix up to q, so its
-logits are the left-to-right prediction of q + 1: the computation of the W = 1 query of q + 1.
-A forward commits, left to right, the last verified token and the previous forward's drafts
-(written on the canvas, right after the verified prefix), and queries the W masked positions
-after them. `advance` then reads the greedy prediction g(q + 1) of every committed row q from
-the last verified position on and accepts the longest prefix of drafts that agree with it:
-- at the first disagreement r it writes g(r) there (verified), masks the later drafts again and
-  un-commits the rejected ones (their K/V: the caller drops as many entries from its cache);
-  this forward's queries are discarded (they saw a wrong prefix);
-- if every draft agrees, g of the last committed row is verified too (a "bonus"), and the
-  queries after it become the next drafts (the first query stands for the bonus position).
-Without drafts (the first forward, or after a rejection) the verified token comes from the
-frontier's query, W = 1's own row (in the first forward the prefill's last row does not see an
-infilling suffix, committed after it; the query does). Every forward verifies >= 1 token.
+"""Speculative decoding, lossless w.r.t. left-to-right greedy decoding: drafts (from the set
+queries, ``verify=True``, or a draft model, ``draft_tokens=k``) checked by the model's own greedy
+predictions of its committed rows; the longest agreeing prefix is accepted, the first
+disagreement corrected, a full agreement earns a bonus token. See docs/design.md, "The decode
+engine".
 """
 
 from __future__ import annotations
