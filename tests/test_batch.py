@@ -330,8 +330,8 @@ def test_batched_inputs_are_each_rows_own(
 
     built, checked = engine_module.batch_inputs, []
 
-    def spy(states, plans, offsets, *, shift):  # noqa: ANN001, ANN202
-        inputs = built(states, plans, offsets, shift=shift)
+    def spy(states, plans, offsets, *, shift, **extra):  # noqa: ANN001, ANN003, ANN202
+        inputs = built(states, plans, offsets, shift=shift, **extra)
         tokens, positions, mask = inputs.tokens, inputs.positions, inputs.mask
         for r, (state, plan) in enumerate(zip(states, plans, strict=True)):
             n_cached = offsets[r] if offsets is not None else None

@@ -177,14 +177,13 @@ def _forward(
         for r, plan in enumerate(plans):
             cache.make_room(len(plan.commit) + len(plan.queries), r)
         offsets = list(cache.lengths)
-    inputs = batch_inputs(states, plans, offsets, shift=policy.shift)
-    if step is not None:
-        logits = step(inputs.tokens, inputs.positions, inputs.mask)
-    else:
-        if cache is not None:
-            cache.prepare(inputs.tokens.shape[1])
-        mask = None if inputs.mask is None else _to(inputs.mask, device)
-        logits = net(_to(inputs.tokens, device), _to(inputs.positions, device), mask, cache)
+    pad_to, keys = (0, None) if step is None else (step.n_inputs, step.slots)
+    inputs = batch_inputs(states, plans, offsets, shift=policy.shift, pad_to=pad_to, keys=keys)
+    if cache is not None:
+        cache.prepare(inputs.tokens.shape[1])
+    mask = None if inputs.mask is None else _to(inputs.mask, device)
+    forward = net if step is None else step
+    logits = forward(_to(inputs.tokens, device), _to(inputs.positions, device), mask, cache)
     if cache is not None:
         for r, plan in enumerate(plans):
             cache.commit(len(plan.commit), r)

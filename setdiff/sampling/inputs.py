@@ -26,10 +26,17 @@ class Inputs:
 
 
 def batch_inputs(
-    states: list[DecodeState], plans: list[Plan], offsets: list[int] | None, *, shift: bool
+    states: list[DecodeState],
+    plans: list[Plan],
+    offsets: list[int] | None,
+    *,
+    shift: bool,
+    pad_to: int = 0,
+    keys: int | None = None,
 ) -> Inputs:
     """The inputs of one forward of rows `states` (each has recorded its plan's commit) at cache
-    `offsets` (None: no cache)."""
+    `offsets` (None: no cache), padded to at least `pad_to` inputs, the mask over `keys` key
+    slots (a static cache's; default: the longest row's offset + inputs)."""
     fed_B, n_fed_B, n_keys_B, full = [], [], [], True
     for r, (state, plan) in enumerate(zip(states, plans, strict=True)):
         n = state.n_committed
@@ -41,7 +48,7 @@ def batch_inputs(
         n_keys_B.append(n_keys)
         full = full and _row_full(state, plan, n_fed, n_keys, shift)
     n_inputs = [len(fed) for fed in fed_B]
-    T, offset_B = max(n_inputs), offsets or [0] * len(states)
+    T, offset_B = max(*n_inputs, pad_to), offsets or [0] * len(states)
     flat = []
     for state, fed in zip(states, fed_B, strict=True):
         flat += [state.canvas[p] for p in fed] + [0] * (T - len(fed))
@@ -51,8 +58,9 @@ def batch_inputs(
     outputs = [
         (n - len(p.commit) - len(p.queries), n) for n, p in zip(n_inputs, plans, strict=True)
     ]
-    full = full and len(set(offset_B)) == 1 and len(set(n_inputs)) == 1
-    mask = None if full else _mask(states, plans, n_fed_B, n_keys_B, offset_B, T, shift)
+    full = full and len(set(offset_B)) == 1 and set(n_inputs) == {T} and keys is None
+    K = keys or max(offset_B) + T
+    mask = None if full else _mask(states, plans, n_fed_B, n_keys_B, offset_B, T, K, shift)
     return Inputs(tokens, positions, mask, outputs)
 
 
@@ -87,6 +95,7 @@ def _mask(
     n_keys_B: list[int],
     offset_B: list[int],
     T: int,
+    K: int,
     shift: bool,
 ) -> torch.Tensor:
     """The (B, T, K) mask of `batch_inputs`.
@@ -96,7 +105,7 @@ def _mask(
     last key of its group; a query every committed key, and the other queries too when they all
     see each other; a padding input none. Single entries are then set: padding inputs and
     "self" queries see their own slot, shifted queries do not see the key they stand in for."""
-    K, B = max(offset_B) + T, len(plans)
+    B = len(plans)
     ones, zeros = b"\x01" * K, bytes(K)
     rows, given, points = [], [], []
     for r, (state, plan) in enumerate(zip(states, plans, strict=True)):

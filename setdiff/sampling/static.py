@@ -32,37 +32,19 @@ def compiled_forward(net: Transformer) -> Any:
 
 
 class StaticStep:
-    """Runs a decode's forwards over a static `KVCache` of one row, each step padded to
-    `n_inputs` inputs and compiled."""
+    """The forwards of a decode over a static `KVCache` of one row: those of `n_inputs` inputs
+    (every step, padded to it by `setdiff.sampling.inputs.batch_inputs`) compiled, a larger one
+    (a prefill longer than a step) eager."""
 
-    def __init__(self, net: Transformer, cache: KVCache, n_inputs: int, pad_id: int):
-        self.net, self.cache, self.n_inputs, self.pad_id = net, cache, n_inputs, pad_id
-        self.device = cache.k_NBGCE.device
+    def __init__(self, net: Transformer, cache: KVCache, n_inputs: int):
+        self.net, self.n_inputs, self.slots = net, n_inputs, cache.slot_count
         self.compiled = compiled_forward(net)
-        if self.device.type == "cuda":  # the CUDA graph writes these in place
+        if cache.device.type == "cuda":  # the CUDA graph writes these in place
             torch._dynamo.mark_static_address(cache.k_NBGCE)
             torch._dynamo.mark_static_address(cache.v_NBGCE)
 
     def __call__(
-        self, tokens_BT: torch.Tensor, positions_BT: torch.Tensor, mask_BTK: torch.Tensor | None
+        self, tokens_BT: torch.Tensor, positions_BT: torch.Tensor, mask: Any, cache: KVCache
     ) -> torch.Tensor:
-        """Logits (1, T, V) of the real inputs, from one row's `batch_inputs` (tokens, positions
-        (1, T), mask (1, T, cache length + T) or None for all True), room made for the T inputs
-        (the padding goes to the cache's slack)."""
-        n, n_cached = tokens_BT.shape[1], self.cache.length
-        total = max(n, self.n_inputs)
-        full = torch.zeros(total, self.cache.slot_count, dtype=torch.bool)
-        full[:n, : n_cached + n] = True if mask_BTK is None else mask_BTK[0]
-        pad = torch.arange(n, total)
-        full[pad, n_cached + pad] = True  # a padding row sees only its own key
-        tokens = torch.cat((tokens_BT[0], tokens_BT.new_full((total - n,), self.pad_id)))
-        positions = torch.cat((positions_BT[0], positions_BT.new_zeros(total - n)))
-        self.cache.prepare(total)
-        forward = self.compiled if total == self.n_inputs else self.net
-        logits = forward(
-            tokens[None].to(self.device),
-            positions[None].to(self.device),
-            full[None, None].to(self.device),
-            self.cache,
-        )
-        return logits[:, :n]
+        forward = self.compiled if tokens_BT.shape[1] == self.n_inputs else self.net
+        return forward(tokens_BT, positions_BT, mask, cache)
