@@ -181,6 +181,8 @@ def run_lanes(todo: Plan, root: Path, dvc: Sequence[str] = DVC) -> list[str]:
     (none starts after a failure)."""
     log_dir = root / LOG_DIR
     log_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    timeline: list[dict[str, Any]] = []
     pending = list(todo.order)
     running: dict[str, tuple[subprocess.Popen[bytes], float]] = {}
     done: set[str] = set()
@@ -207,15 +209,34 @@ def run_lanes(todo: Plan, root: Path, dvc: Sequence[str] = DVC) -> list[str]:
             del running[stage]
             free += todo.width[stage]
             log = log_dir / f"{stage}.log"
+            ended = time.monotonic()
             if code == 0:
                 done.add(stage)
                 skipped = "didn't change, skipping" in log.read_text(errors="replace")
-                minutes = (time.monotonic() - began) / 60
+                status = "up to date" if skipped else "done"
+                minutes = (ended - began) / 60
                 _say(f"{stage}: {'up to date' if skipped else f'done in {minutes:.1f} min'}")
             else:
                 failed.append(stage)
+                status = f"failed (exit {code})"
                 _say(f"{stage}: failed (exit {code}): {_last_line(log)}")
+            timeline.append(
+                {"stage": stage, "cores": todo.width[stage], "status": status}
+                | {"start_s": round(began - t0, 1), "end_s": round(ended - t0, 1)}
+            )
+    _record(timeline, time.monotonic() - t0, todo.cores, log_dir / "timeline.json")
     return failed
+
+
+def _record(timeline: list[dict[str, Any]], wall: float, n_cores: int, path: Path) -> None:
+    """Write when each stage ran on how many cores (`path`) and say how busy the cores were."""
+    busy = sum(row["cores"] * (row["end_s"] - row["start_s"]) for row in timeline)
+    share = busy / (n_cores * wall) if wall > 0 else 1.0
+    path.write_text(json.dumps({"cores": n_cores, "wall_s": round(wall, 1), "stages": timeline}))
+    _say(
+        f"{len(timeline)} stages in {wall / 60:.1f} min on {n_cores} cores: busy {share:.0%} "
+        f"of it ({(n_cores * wall - busy) / 60:.1f} core-min idle); timeline in {path}"
+    )
 
 
 def _last_line(path: Path) -> str:

@@ -131,6 +131,10 @@ def test_two_cores_overlap_one_core_does_not_and_upstream_comes_first(tmp_path: 
     assert lanes.run_lanes(_flat(stages, 2), tmp_path, _fake_dvc(tmp_path)) == []
     (x0, x1), (y0, y1) = _ran(tmp_path).values()
     assert max(x0, y0) < min(x1, y1)  # side by side
+    record = json.loads((tmp_path / lanes.LOG_DIR / "timeline.json").read_text())
+    (a, b) = sorted(record["stages"], key=lambda row: row["stage"])
+    assert (a["stage"], b["stage"], a["cores"], a["status"]) == (*stages, 1, "done")
+    assert max(a["start_s"], b["start_s"]) < min(a["end_s"], b["end_s"]) <= record["wall_s"]
     (tmp_path / "ran").unlink()
     assert lanes.run_lanes(_flat(stages, 1), tmp_path, _fake_dvc(tmp_path)) == []
     ran = _ran(tmp_path)
@@ -163,6 +167,7 @@ def test_a_failed_stage_starts_nothing_new_and_running_ones_finish(
     out = capsys.readouterr().out
     assert "train@a-x: failed (exit 1): ERROR: failed to reproduce train@a-x" in out
     assert "train@a-y: done in" in out
+    assert "lanes: 2 stages in" in out and "core-min idle" in out  # the failed one counts
 
 
 def _sh(*argv: str, cwd: Path) -> str:
