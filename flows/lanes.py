@@ -14,7 +14,8 @@ DAG order, as many at a time as their threads fit the usable cores:
   `DEFAULT_SECONDS`), and a narrower one fills a core the first cannot use;
 - each is ``dvc --wait-for-lock repro --single-item <stage>``: DVC releases its repository lock
   while a stage's command runs and records each stage in ``dvc.lock`` as it ends. Its output goes
-  to ``.dvc/tmp/lanes/<stage>.log``; the terminal gets one line as each starts and ends.
+  to ``.dvc/tmp/lanes/<stage>.log``; the terminal gets one line as each starts and ends, and
+  at the end how busy the cores were; ``.dvc/tmp/lanes/timeline.json`` when each ran.
 
 On 2 cores two 1-thread trainings side by side each step as fast as one alone, weights are
 bit-identical at 1 and 2 threads, and every timed stage interleaves its methods per prompt (a
