@@ -148,7 +148,7 @@ def test_static_step(
     """compile_step's static shape (`max_step` = k + 1 inputs: the last verified token and the
     drafts), the compiler replaced by the eager model: the eager decode, rejected entries
     cropped from the static cache."""
-    monkeypatch.setattr(static, "compiled_forward", lambda net: net)
+    monkeypatch.setattr(static, "compiled_forward", static.greedy_forward)
     run = dict(draft=_drafts(net, make_tiny_model)[kind], draft_tokens=3, trace_logits=True)
     eager = _greedy(net, prompt, **run)
     compiled = _greedy(net, prompt, compile_step=True, **run)

@@ -68,7 +68,7 @@ def test_padded_step_equals_eager(
 ) -> None:
     """The static shape alone (padding rows, attention over every slot, staging at tensor
     slots), with the compiler replaced by the eager model: same decode, logits to rounding."""
-    monkeypatch.setattr(static, "compiled_forward", lambda net: net)
+    monkeypatch.setattr(static, "compiled_forward", static.greedy_forward)
     eager, static_ = _pair(net, name, config, opts, prompt)
     _same(eager, static_)
 
@@ -82,6 +82,26 @@ def test_the_cases_exercise_what_they_claim(net: Transformer) -> None:
     assert eager.stopped
     eager, _ = _pair(net, "setdlm", {}, {"window": 4, "cache_size": 30}, [1, 5, 7, 9, 11, 13, 15])
     assert eager.cache_length < 7 + 20
+
+
+@pytest.mark.parametrize(
+    ("name", "opts"), [("ar", {}), ("setdlm", {"window": 4, "threshold": 0.1})]
+)
+def test_greedy_choices_come_from_the_captured_step(
+    net: Transformer, name: str, opts: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Greedy policies read the step's own choices (`StaticStep.table`, computed with the
+    forward) instead of choosing from the logits again; the decode is the eager one."""
+    import setdiff.sampling.engine as engine
+
+    monkeypatch.setattr(static, "compiled_forward", static.greedy_forward)
+    paradigm = make_paradigm(name, None, mask_id=MASK_ID)
+    run = dict(max_new_tokens=20, paradigm=paradigm, trace_logits=True, **opts)
+    eager = generate(net, [1], **run)
+    reads: list[Any] = []
+    monkeypatch.setattr(engine, "read_picks", reads.append)
+    _same(eager, generate(net, [1], compile_step=True, **run))
+    assert reads == []  # every forward (the prefill padded too) chose in the step
 
 
 def test_compiled_step_equals_eager_and_compiles_once(net: Transformer) -> None:

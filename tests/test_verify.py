@@ -247,7 +247,7 @@ def test_static_step_verify(
     """compile_step's static shape (`max_step` inputs: the last verified token, <= W - 1
     drafts and W queries), the compiler replaced by the eager model: the eager verify decode,
     rejected entries cropped from the static cache."""
-    monkeypatch.setattr(static, "compiled_forward", lambda net: net)
+    monkeypatch.setattr(static, "compiled_forward", static.greedy_forward)
     pick = {
         "perfect": lambda t, p: t,
         "wrong": lambda t, p: _wrong(t),

@@ -120,8 +120,13 @@ def run(
         states = [lane.state for lane in active]
         logits_BTV, spans = _forward(net, states, ready, cache, device, policy, step)
         seconds = time.perf_counter() - tic
-        ctxs = [lane.ctx for lane in active]
-        picks = read_picks(policy.select_rows(states, ready, logits_BTV, spans, ctxs))
+        table = None if step is None else step.table
+        rows = [] if table is None else policy.rows_at_once(ready, spans)
+        if any(rows):  # chosen in the captured step: read them
+            picks = read_table(table, rows)  # type: ignore[arg-type]
+        else:
+            ctxs = [lane.ctx for lane in active]
+            picks = read_picks(policy.select_rows(states, ready, logits_BTV, spans, ctxs))
         stopped = []
         for r, (lane, plan) in enumerate(zip(active, ready, strict=True)):
             lane.nfe += 1
@@ -158,6 +163,15 @@ def read_picks(picks: list[tuple[torch.Tensor, ...]]) -> list[list[list[int]]]:
             at += n
         out.append(lists)
     return out
+
+
+def read_table(table: torch.Tensor, rows: list[list[int]]) -> list[list[list[int]]]:
+    """Each row's greedy tokens and confidences at its `rows` of a step's greedy table (2, B,
+    T), read to the host in one transfer, as `read_picks` gives them."""
+    tokens, confidence = table.tolist()  # the step's one read
+    return [
+        [[int(tokens[b][t]) for t in r], [confidence[b][t] for t in r]] for b, r in enumerate(rows)
+    ]
 
 
 def _forward(

@@ -27,20 +27,25 @@ def choose_tokens(
     Returns:
         tokens (M,) long and confidence (M,) float = probability of the chosen token.
     """
-    logits = logits_MV.float() + _mask_bias(mask_id, logits_MV.shape[-1], logits_MV.device)
+    bias = mask_bias(mask_id, logits_MV.shape[-1], logits_MV.device)
     if temperature == 0.0:
-        probs = torch.softmax(logits, dim=-1)
-        confidence, tokens = probs.max(dim=-1)
-        return tokens, confidence
-    probs = torch.softmax(logits / temperature, dim=-1)
+        return greedy(logits_MV, bias)
+    probs = torch.softmax((logits_MV.float() + bias) / temperature, dim=-1)
     if top_p < 1.0:
         probs = nucleus(probs, top_p)
     tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
     return tokens, probs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
+def greedy(logits: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The greedy token of every row of `logits` (..., V) and its probability, `bias`
+    (`mask_bias`) added first."""
+    confidence, tokens = torch.softmax(logits.float() + bias, dim=-1).max(dim=-1)
+    return tokens, confidence
+
+
 @functools.cache
-def _mask_bias(mask_id: int, vocab_size: int, device: torch.device) -> torch.Tensor:
+def mask_bias(mask_id: int, vocab_size: int, device: torch.device) -> torch.Tensor:
     """(V,) zeros with -inf at `mask_id`: added to logits, it sets the [MASK] logit to -inf and
     leaves the others exactly as they are (one op, cheaper than an index fill). Made once per
     device, as a normal tensor, not an inference one: autograd may save it."""

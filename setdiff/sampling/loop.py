@@ -205,7 +205,7 @@ def _decode(
         n_step = policy.max_step(lanes[0].ctx.n_new)
         capacity = cache_size or total + need
         cache = KVCache.for_model(net, capacity, slack=n_step, bucket=STATIC_BUCKET, static=True)
-        step = StaticStep(net, cache, n_step)
+        step = StaticStep(net, cache, n_step, paradigm.mask_id)
     elif use_cache:
         cache = KVCache.for_model(net, [cache_size or 2 * m[1] for m in made], slack=need)
     with torch.inference_mode():

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from setdiff.kv_cache import KVCache
+from setdiff.sampling.logits import greedy, mask_bias
 
 if TYPE_CHECKING:
     from setdiff.model import Transformer
@@ -19,26 +20,48 @@ STATIC_BUCKET = 64
 decode whose prompt + new tokens fall in the same bucket."""
 
 _COMPILED: dict[Any, Any] = {}
-"""Model -> its compiled forward, kept for the life of the process (it holds the model)."""
+"""(model, [MASK] id) -> its compiled step, kept for the life of the process (it holds the
+model)."""
 
 
-def compiled_forward(net: Transformer) -> Any:
-    """The model's forward through ``torch.compile`` (static shapes), built once per model."""
-    if net not in _COMPILED:
+def greedy_forward(net: Transformer, mask_id: int) -> Any:
+    """The forward and every row's greedy choice as one function, to be captured together:
+    ``(tokens, positions, mask, cache) -> (logits (B, T, V), table (2, B, T))``, the table each
+    row's greedy token (as a float: exact below 2**24) and its confidence, as `greedy` gives
+    them."""
+    if net.config.vocab_size > 2**24:
+        raise ValueError(f"compile_step: vocab_size {net.config.vocab_size} > 2**24")
+    bias = mask_bias(mask_id, net.config.vocab_size, next(net.parameters()).device)
+
+    def forward(tokens: Any, positions: Any, mask: Any, cache: KVCache) -> Any:
+        logits = net(tokens, positions, mask, cache)
+        chosen, confidence = greedy(logits, bias)
+        return logits, torch.stack((chosen.float(), confidence))
+
+    return forward
+
+
+def compiled_forward(net: Transformer, mask_id: int) -> Any:
+    """`greedy_forward` through ``torch.compile`` (static shapes), built once per model."""
+    if (net, mask_id) not in _COMPILED:
         cuda = next(net.parameters()).is_cuda
         mode = "reduce-overhead" if cuda else None  # CUDA graphs on CUDA
-        _COMPILED[net] = torch.compile(net, dynamic=False, mode=mode)
-    return _COMPILED[net]
+        step = torch.compile(greedy_forward(net, mask_id), dynamic=False, mode=mode)
+        _COMPILED[net, mask_id] = step
+    return _COMPILED[net, mask_id]
 
 
 class StaticStep:
     """The forwards of a decode over a static `KVCache` of one row: those of `n_inputs` inputs
-    (every step, padded to it by `setdiff.sampling.inputs.batch_inputs`) compiled, a larger one
-    (a prefill longer than a step) eager."""
+    (every step, padded to it by `setdiff.sampling.inputs.batch_inputs`) compiled with every
+    row's greedy choice (`table`, for the policies that choose greedily), a larger one (a
+    prefill longer than a step) eager."""
 
-    def __init__(self, net: Transformer, cache: KVCache, n_inputs: int):
+    def __init__(self, net: Transformer, cache: KVCache, n_inputs: int, mask_id: int):
         self.net, self.n_inputs, self.slots = net, n_inputs, cache.slot_count
-        self.compiled = compiled_forward(net)
+        self.compiled = compiled_forward(net, mask_id)
+        self.table: torch.Tensor | None = None
+        """The last forward's greedy table (2, 1, T), None after an eager forward."""
         if cache.device.type == "cuda":  # the CUDA graph writes these in place
             torch._dynamo.mark_static_address(cache.k_NBGCE)
             torch._dynamo.mark_static_address(cache.v_NBGCE)
@@ -46,5 +69,8 @@ class StaticStep:
     def __call__(
         self, tokens_BT: torch.Tensor, positions_BT: torch.Tensor, mask: Any, cache: KVCache
     ) -> torch.Tensor:
-        forward = self.compiled if tokens_BT.shape[1] == self.n_inputs else self.net
-        return forward(tokens_BT, positions_BT, mask, cache)
+        if tokens_BT.shape[1] != self.n_inputs:
+            self.table = None
+            return self.net(tokens_BT, positions_BT, mask, cache)
+        logits, self.table = self.compiled(tokens_BT, positions_BT, mask, cache)
+        return logits
