@@ -30,7 +30,10 @@ def greedy_forward(net: Transformer, mask_id: int) -> Any:
     row's greedy token (as a float: exact below 2**24) and its confidence, as `greedy` gives
     them."""
     if net.config.vocab_size > 2**24:
-        raise ValueError(f"compile_step: vocab_size {net.config.vocab_size} > 2**24")
+        raise ValueError(
+            f"compile_step needs vocab_size <= 2**24 (its captured choice holds token ids as "
+            f"float32), got {net.config.vocab_size}"
+        )
     bias = mask_bias(mask_id, net.config.vocab_size, next(net.parameters()).device)
 
     def forward(tokens: Any, positions: Any, mask: Any, cache: KVCache) -> Any:
