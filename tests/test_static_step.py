@@ -85,17 +85,30 @@ def test_the_cases_exercise_what_they_claim(net: Transformer) -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "opts"), [("ar", {}), ("setdlm", {"window": 4, "threshold": 0.1})]
+    ("name", "config", "opts"),
+    [
+        ("ar", {}, {}),
+        ("ar", {}, {"draft_tokens": 2}),  # speculative: the draft model is the model itself
+        ("setdlm", {}, {"window": 4, "threshold": 0.1}),
+        ("setdlm", {"shift": True}, {"window": 4, "verify": True}),
+    ],
 )
 def test_greedy_choices_come_from_the_captured_step(
-    net: Transformer, name: str, opts: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    net: Transformer,
+    name: str,
+    config: dict[str, Any],
+    opts: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Greedy policies read the step's own choices (`StaticStep.table`, computed with the
-    forward) instead of choosing from the logits again; the decode is the eager one."""
+    """Greedy decodes (verify's checks included) read the step's own choices
+    (`StaticStep.table`, computed with the forward) instead of choosing from the logits again;
+    the decode is the eager one."""
     import setdiff.sampling.engine as engine
 
     monkeypatch.setattr(static, "compiled_forward", static.greedy_forward)
-    paradigm = make_paradigm(name, None, mask_id=MASK_ID)
+    paradigm = make_paradigm(name, SetDLMConfig(**config) if config else None, mask_id=MASK_ID)
+    if "draft_tokens" in opts:
+        opts = {**opts, "draft": net}
     run = dict(max_new_tokens=20, paradigm=paradigm, trace_logits=True, **opts)
     eager = generate(net, [1], **run)
     reads: list[Any] = []

@@ -86,9 +86,9 @@ def drafts_from(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
             for prompt, n in zip(prompts, new or [N] * len(prompts), strict=True)
         }
 
-        def draft(state: Any, positions: torch.Tensor, logits: Any, mask_id: int) -> torch.Tensor:
+        def draft(state: Any, positions: list[int], tokens: list[int]) -> list[int]:
             ref = refs[state.gen_start]
-            return torch.tensor([pick(ref[p], p) for p in positions.tolist()])
+            return [pick(ref[p], p) for p in positions]
 
         monkeypatch.setattr(verify, "draft", draft)
 

@@ -121,7 +121,7 @@ def run(
         logits_BTV, spans = _forward(net, states, ready, cache, device, policy, step)
         seconds = time.perf_counter() - tic
         table = None if step is None else step.table
-        rows = [] if table is None else policy.rows_at_once(ready, spans)
+        rows = [] if table is None else policy.rows_at_once(states, ready, spans)
         if any(rows):  # chosen in the captured step: read them
             picks = read_table(table, rows)  # type: ignore[arg-type]
         else:

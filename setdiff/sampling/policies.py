@@ -17,10 +17,9 @@ import torch
 from setdiff.arguments import is_int, is_number
 from setdiff.config import ConfigError, check, frozen
 from setdiff.masks import make_prompt_causal_mask_mod
+from setdiff.sampling import verify as lossless
 from setdiff.sampling.logits import accept_confident, choose_tokens, greedy_rows
 from setdiff.sampling.state import DecodeState, Plan
-from setdiff.sampling.verify import apply as verify_apply
-from setdiff.sampling.verify import select as verify_select
 
 if TYPE_CHECKING:
     from setdiff.paradigm import Paradigm
@@ -96,6 +95,16 @@ def _window(state: DecodeState, window: int | None) -> list[int]:
     """The masked positions within `window` of the frontier (None: every masked position)."""
     front = state.frontier()
     return state.masked_from(front, state.gen_end if window is None else front + window)
+
+
+def _lossless_rows(
+    states: list[DecodeState], plans: list[Plan], spans: list[tuple[int, int]]
+) -> list[list[int]]:
+    """Each row's `setdiff.sampling.verify.rows`, in its span."""
+    return [
+        [start + r for r in lossless.rows(state, plan)]
+        for state, plan, (start, _) in zip(states, plans, spans, strict=True)
+    ]
 
 
 class _Options:
@@ -203,7 +212,7 @@ class _Options:
         """Every row's picks from one batched forward (row b's logits: ``logits_BTV[b, start:end]``
         for its span): all at once where `rows_at_once` says how (greedy tokens and confidences
         of those rows of each row's span), else row by row."""
-        rows = self.rows_at_once(plans, spans) if len(states) > 1 else []
+        rows = self.rows_at_once(states, plans, spans) if len(states) > 1 else []
         if any(rows):  # at least one logits row to choose from
             return greedy_rows(logits_BTV, rows, ctxs[0].mask_id)  # type: ignore[return-value]
         T = logits_BTV.shape[1]
@@ -216,7 +225,9 @@ class _Options:
             )
         ]
 
-    def rows_at_once(self, plans: list[Plan], spans: list[tuple[int, int]]) -> list[list[int]]:
+    def rows_at_once(
+        self, states: list[DecodeState], plans: list[Plan], spans: list[tuple[int, int]]
+    ) -> list[list[int]]:
         """Per row, the logits rows (in `spans`) whose greedy tokens and confidences are its picks,
         for a policy that can choose every row at once; [] = row by row."""
         return []
@@ -274,12 +285,16 @@ class ARPolicy(_Options):
         self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
     ) -> Picks:
         if self.draft_tokens:
-            return verify_select(state, plan, logits, ctx.mask_id, from_queries=False)
+            return lossless.select(state, plan, logits, ctx.mask_id)
         tokens, _ = self.choose(logits[-1:], ctx)
         return (tokens,)
 
-    def rows_at_once(self, plans: list[Plan], spans: list[tuple[int, int]]) -> list[list[int]]:
-        return [] if self.draft_tokens or self.temperature else [[end - 1] for _, end in spans]
+    def rows_at_once(
+        self, states: list[DecodeState], plans: list[Plan], spans: list[tuple[int, int]]
+    ) -> list[list[int]]:
+        if self.draft_tokens:
+            return _lossless_rows(states, plans, spans)
+        return [] if self.temperature else [[end - 1] for _, end in spans]
 
     def apply(
         self, state: DecodeState, plan: Plan, picks: list[list[int]], ctx: DecodeContext
@@ -296,7 +311,7 @@ class ARPolicy(_Options):
             end = state.verified_end()
             return drafter.propose(state.canvas[:end], min(self.draft_tokens, state.gen_end - end))
 
-        return verify_apply(state, plan, picks, ctx.mask_id, propose)
+        return lossless.apply(state, plan, picks, ctx.mask_id, propose)
 
 
 @frozen
@@ -362,11 +377,15 @@ class SetPolicy(_Options):
         self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
     ) -> Picks:
         if self.verify:
-            return verify_select(state, plan, logits, ctx.mask_id, from_queries=True)
+            return lossless.select(state, plan, logits, ctx.mask_id)
         return _Options.select(self, state, plan, logits, ctx)
 
-    def rows_at_once(self, plans: list[Plan], spans: list[tuple[int, int]]) -> list[list[int]]:
-        if self.verify or self.temperature:
+    def rows_at_once(
+        self, states: list[DecodeState], plans: list[Plan], spans: list[tuple[int, int]]
+    ) -> list[list[int]]:
+        if self.verify:
+            return _lossless_rows(states, plans, spans)
+        if self.temperature:
             return []
         ends = [end for _, end in spans]
         return [list(range(end - len(p.queries), end)) for p, end in zip(plans, ends, strict=True)]
@@ -375,7 +394,7 @@ class SetPolicy(_Options):
         self, state: DecodeState, plan: Plan, picks: list[list[int]], ctx: DecodeContext
     ) -> tuple[list[int], int]:
         if self.verify:
-            return verify_apply(state, plan, picks, ctx.mask_id)
+            return lossless.apply(state, plan, picks, ctx.mask_id)
         return _Options.apply(self, state, plan, picks, ctx)
 
 

@@ -15,12 +15,10 @@ from setdiff.sampling.logits import choose_tokens
 from setdiff.sampling.state import DecodeState, Plan
 
 
-def draft(
-    state: DecodeState, positions: torch.Tensor, logits_MV: torch.Tensor, mask_id: int
-) -> torch.Tensor:
-    """The drafts for `positions` of `state` from their queries' rows: the greedy tokens (the
-    tests swap in perfect and wrong drafts here)."""
-    return choose_tokens(logits_MV, mask_id=mask_id)[0]
+def draft(state: DecodeState, positions: list[int], tokens: list[int]) -> list[int]:
+    """The drafts for `positions` of `state`: the greedy tokens of their queries (the tests swap
+    in perfect and wrong drafts here)."""
+    return tokens
 
 
 def _targets(state: DecodeState) -> range:
@@ -29,22 +27,23 @@ def _targets(state: DecodeState) -> range:
     return range(start, min(start + state.drafts + 1, state.gen_end))
 
 
-def select(
-    state: DecodeState, plan: Plan, logits: torch.Tensor, mask_id: int, *, from_queries: bool
-) -> tuple[torch.Tensor, ...]:
-    """One forward's picks (rows: `plan`'s committed tokens, then its queries): the greedy
-    prediction of every target (`_targets`) and, `from_queries`, the next drafts from the
-    queries after the first (used when every draft agrees)."""
+def rows(state: DecodeState, plan: Plan) -> list[int]:
+    """The rows of a forward's logits (`plan`'s committed tokens, then its queries) whose greedy
+    tokens are its picks: the prediction of every target (`_targets`), then the queries after
+    the first (the next drafts, used when every draft agrees)."""
     n_draft, n_commit, m = state.drafts, len(plan.commit), len(plan.queries)
     # Row of position q (predicting q + 1): the commit is [last verified, drafts...]; without
     # drafts the frontier's query, or (no queries: AR) the last committed row.
     first = n_commit - n_draft - 1 if n_draft or not m else n_commit
-    rows = torch.arange(len(_targets(state)), device=logits.device) + first
-    greedy = choose_tokens(logits.index_select(0, rows), mask_id=mask_id)[0]
-    if not (from_queries and m > 1):
-        return (greedy,)
-    positions = torch.tensor(plan.queries[1:], device=logits.device)
-    return greedy, draft(state, positions, logits[-(m - 1) :], mask_id)
+    return [*range(first, first + len(_targets(state))), *range(n_commit + 1, n_commit + m)]
+
+
+def select(
+    state: DecodeState, plan: Plan, logits: torch.Tensor, mask_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One forward's picks: the greedy tokens (and confidences) of its `rows`."""
+    at = torch.tensor(rows(state, plan), device=logits.device)
+    return choose_tokens(logits.index_select(0, at), mask_id=mask_id)
 
 
 def apply(
@@ -60,8 +59,8 @@ def apply(
     external draft model; called after every forward); None = the queries draft.
     Returns the positions it verified, in order, and how many of its commits were rejected
     (un-committed here; the caller drops that many entries from the end of its cache)."""
-    greedy = picks[0]
     n_draft, targets = state.drafts, _targets(state)
+    greedy, drafted = picks[0][: len(targets)], picks[0][len(targets) :]
     start = targets.start
     n_ok = 0
     while n_ok < n_draft and greedy[n_ok] == state.canvas[start + n_ok]:
@@ -80,8 +79,9 @@ def apply(
     if propose is not None:  # the draft model, on the verified prefix
         tokens = propose(state)
         positions = list(range(state.verified_end(), state.verified_end() + len(tokens)))
-    elif n_ok == n_draft and len(picks) > 1:  # the first query is the bonus position
-        positions, tokens = plan.queries[1:], picks[1]
+    elif n_ok == n_draft and drafted:  # the first query is the bonus position
+        positions = plan.queries[1:]
+        tokens = draft(state, positions, drafted)
     else:  # this forward's queries saw a rejected draft
         return verified, n_draft - n_ok
     state.accept(positions, tokens)
