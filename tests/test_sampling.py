@@ -659,18 +659,22 @@ def test_choose_tokens_greedy_and_sampled() -> None:
     assert torch.allclose(conf, expected[tokens])
 
 
-def test_greedy_rows_equal_row_by_row() -> None:
-    """Many rows chosen at once (ragged, ties included) equal `choose_tokens` row by row."""
-    from setdiff.sampling.logits import choose_tokens, greedy_rows
+def test_greedy_table_equals_row_by_row() -> None:
+    """The greedy table of a batch of rows (ties included) holds `choose_tokens`'s tokens and
+    confidences of each row, whichever rows are chosen from together."""
+    from setdiff.sampling.logits import choose_tokens, greedy_table, mask_bias
 
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(5, 6, 11, generator=g) * 2
     logits[2, 1] = logits[2, 3]  # two rows of a row with equal confidences
-    rows = [[5], [1, 2, 3, 4], [1, 3], [0, 1, 2, 3, 4, 5], [4, 5]]
-    got = greedy_rows(logits, rows, MASK_ID)
-    for b, r in enumerate(rows):
-        tokens, confidence = choose_tokens(logits[b, r], mask_id=MASK_ID)
-        assert torch.equal(got[b][0], tokens) and torch.equal(got[b][1], confidence)
+    logits[3, 4, 5] = logits[3, 4, 7]  # a tie between two tokens of one row
+    table = greedy_table(logits, mask_bias(MASK_ID, 11, logits.device))
+    assert table.shape == (2, 5, 6)
+    for rows in ([5], [1, 2, 3, 4], [1, 3], [0, 1, 2, 3, 4, 5], [4, 5]):
+        for b in range(5):
+            tokens, confidence = choose_tokens(logits[b, rows], mask_id=MASK_ID)
+            assert torch.equal(table[0, b, rows].long(), tokens)
+            assert torch.equal(table[1, b, rows], confidence)
 
 
 def test_select_rows_without_queries_chooses_nothing() -> None:

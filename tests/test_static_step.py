@@ -13,6 +13,7 @@ from setdiff.kv_cache import KVCache
 from setdiff.model import Transformer
 from setdiff.paradigm import SetDLMConfig, make_paradigm
 from setdiff.sampling import static
+from setdiff.sampling.logits import greedy_table
 from setdiff.sampling.loop import GenerateResult, generate
 
 MASK_ID = 3
@@ -101,8 +102,8 @@ def test_greedy_choices_come_from_the_captured_step(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Greedy decodes (verify's checks included) read the step's own choices
-    (`StaticStep.table`, computed with the forward) instead of choosing from the logits again;
-    the decode is the eager one."""
+    (`StaticStep.table`, computed with the forward) instead of choosing from the logits again,
+    as the eager engine does after every forward; the decode is the eager one."""
     import setdiff.sampling.engine as engine
 
     monkeypatch.setattr(static, "compiled_forward", static.greedy_forward)
@@ -110,11 +111,13 @@ def test_greedy_choices_come_from_the_captured_step(
     if "draft_tokens" in opts:
         opts = {**opts, "draft": net}
     run = dict(max_new_tokens=20, paradigm=paradigm, trace_logits=True, **opts)
+    made: list[Any] = []
+    monkeypatch.setattr(engine, "greedy_table", lambda *a: made.append(a) or greedy_table(*a))
     eager = generate(net, [1], **run)
-    reads: list[Any] = []
-    monkeypatch.setattr(engine, "read_picks", reads.append)
+    assert len(made) == eager.nfe  # the eager engine makes a table after every forward
+    made.clear()
     _same(eager, generate(net, [1], compile_step=True, **run))
-    assert reads == []  # every forward (the prefill padded too) chose in the step
+    assert made == []  # every forward (the prefill padded too) chose in the step
 
 
 def test_compiled_step_equals_eager_and_compiles_once(net: Transformer) -> None:

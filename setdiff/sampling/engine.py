@@ -1,7 +1,8 @@
 """The decode engine: plan -> forward -> select -> one read -> apply -> stop?, for every row of a
 batch at once (`generate` is a batch of one row). Each row decodes exactly the forwards it would
-decode alone; the choices of all rows are read to the host in one transfer per forward
-(`read_picks`). See docs/design.md, "The decode engine".
+decode alone; the choices of all rows are read to the host in one transfer per forward (a greedy
+choice as rows of the forward's greedy table, `read_table`; any other, `read_picks`). See
+docs/design.md, "The decode engine".
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from setdiff.sampling.inputs import batch_inputs
+from setdiff.sampling.logits import greedy_table, mask_bias
 from setdiff.sampling.policies import DecodeContext, DecodePolicy
 from setdiff.sampling.state import DecodeState, Plan
 
@@ -120,10 +122,13 @@ def run(
         states = [lane.state for lane in active]
         logits_BTV, spans = _forward(net, states, ready, cache, device, policy, step)
         seconds = time.perf_counter() - tic
-        table = None if step is None else step.table
-        rows = [] if table is None else policy.rows_at_once(states, ready, spans)
-        if any(rows):  # chosen in the captured step: read them
-            picks = read_table(table, rows)  # type: ignore[arg-type]
+        rows = policy.rows_at_once(states, ready, spans)
+        if any(rows):  # a greedy choice: rows of the step's greedy table (captured, or made here)
+            table = None if step is None else step.table
+            if table is None:
+                bias = mask_bias(active[0].ctx.mask_id, logits_BTV.shape[-1], logits_BTV.device)
+                table = greedy_table(logits_BTV, bias)
+            picks = read_table(table, rows)
         else:
             ctxs = [lane.ctx for lane in active]
             picks = read_picks(policy.select_rows(states, ready, logits_BTV, spans, ctxs))

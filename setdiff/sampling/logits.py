@@ -7,8 +7,6 @@ import struct
 
 import torch
 
-from setdiff.sampling.state import long_tensor
-
 
 def choose_tokens(
     logits_MV: torch.Tensor,
@@ -42,6 +40,14 @@ def greedy(logits: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torc
     (`mask_bias`) added first."""
     confidence, tokens = torch.softmax(logits.float() + bias, dim=-1).max(dim=-1)
     return tokens, confidence
+
+
+def greedy_table(logits_BTV: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """Every row's `greedy` token and its confidence as one (2, B, T) float table, read by the
+    host in one transfer: the token ids as floats, exact below 2**24 (the samplers refuse a
+    larger vocabulary)."""
+    tokens, confidence = greedy(logits_BTV, bias)
+    return torch.stack((tokens.float(), confidence))
 
 
 @functools.cache
@@ -81,16 +87,3 @@ def accept_confident(confidence: list[float], threshold: float | None) -> list[b
 def _float32(value: float) -> float:
     """`value` rounded to float32 (as a float32 tensor holds it)."""
     return struct.unpack("f", struct.pack("f", value))[0]
-
-
-def greedy_rows(
-    logits_BTV: torch.Tensor, rows: list[list[int]], mask_id: int
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Greedy tokens and confidences of many rows at once, in a fixed number of ops: row b
-    reads its logits rows ``logits_BTV[b, rows[b]]``; returns per row its (tokens, confidence)
-    views, as ``choose_tokens`` gives them row by row."""
-    B, T, V = logits_BTV.shape
-    at = long_tensor([b * T + t for b, r in enumerate(rows) for t in r]).to(logits_BTV.device)
-    tokens, confidence = choose_tokens(logits_BTV.reshape(B * T, V)[at], mask_id=mask_id)
-    sizes = [len(r) for r in rows]
-    return list(zip(tokens.split(sizes), confidence.split(sizes), strict=True))

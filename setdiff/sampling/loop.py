@@ -176,6 +176,8 @@ def _decode(
 ) -> list[GenerateResult]:
     """Check a decode of `rows` (prompt, suffix, new tokens, seed), then run the engine on it."""
     net, paradigm, tokenizer = _unpack(model, paradigm)
+    if net.config.vocab_size > 2**24:  # the greedy table holds token ids as float32
+        raise ValueError(f"vocab_size must be <= 2**24 to decode, got {net.config.vocab_size}")
     stops = _as_stops(stop_ids, stop_strings, net, paradigm, tokenizer)
     policy = decode_policy(paradigm, dict(options))
     if batch and isinstance(policy, ARPolicy) and policy.speculative:

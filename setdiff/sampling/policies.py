@@ -1,9 +1,10 @@
 """Decoding policies: which tokens each forward commits and queries, and which it accepts. One per
 paradigm; the engine (`setdiff.sampling.engine`) is shared. A policy is a frozen record of its
-options with ``plan(state) -> Plan | None`` (None = done), ``select(...)`` (the forward's choices
-as tensors on the logits' device, nothing read back) and ``apply(...)`` (the choices, read as
-lists, applied to the state). User options (`DecodeOptions`) are parsed once, by
-``from_options``.
+options with ``plan(state) -> Plan | None`` (None = done), ``rows_at_once(...)`` (a greedy
+choice: the logits rows whose greedy tokens and confidences it reads from the forward's greedy
+table) or else ``select(...)`` (a sampled choice, as tensors on the logits' device, nothing read
+back), and ``apply(...)`` (the choices, read as lists, applied to the state). User options
+(`DecodeOptions`) are parsed once, by ``from_options``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from setdiff.arguments import is_int, is_number
 from setdiff.config import ConfigError, check, frozen
 from setdiff.masks import make_prompt_causal_mask_mod
 from setdiff.sampling import verify as lossless
-from setdiff.sampling.logits import accept_confident, choose_tokens, greedy_rows
+from setdiff.sampling.logits import accept_confident, choose_tokens
 from setdiff.sampling.state import DecodeState, Plan
 
 if TYPE_CHECKING:
@@ -117,9 +118,10 @@ class _Options:
       too-small cache is refused before any compute): the first forward's prefill and its
       `first_queries`, or `max_step(n_new)`, the most inputs of a forward after the first (the
       shape a static compiled step pads to, `setdiff.sampling.static`).
-    - The usual choice: `select` chooses a token for each of the plan's `candidates` (query
-      positions) and `apply` accepts the most confident plus every one with confidence >= the
-      policy's threshold (`accept_confident`).
+    - The usual choice: a token for each of the plan's `candidates` (query positions), greedy
+      (`rows_at_once`: their rows of the greedy table) or sampled (`select`), and `apply`
+      accepts the most confident plus every one with confidence >= the policy's threshold
+      (`accept_confident`).
     """
 
     uses_cache: bool = True
@@ -209,12 +211,9 @@ class _Options:
         spans: list[tuple[int, int]],
         ctxs: list[DecodeContext],
     ) -> list[Picks]:
-        """Every row's picks from one batched forward (row b's logits: ``logits_BTV[b, start:end]``
-        for its span): all at once where `rows_at_once` says how (greedy tokens and confidences
-        of those rows of each row's span), else row by row."""
-        rows = self.rows_at_once(states, plans, spans) if len(states) > 1 else []
-        if any(rows):  # at least one logits row to choose from
-            return greedy_rows(logits_BTV, rows, ctxs[0].mask_id)  # type: ignore[return-value]
+        """Every row's picks from one batched forward, row by row (row b's logits:
+        ``logits_BTV[b, start:end]`` for its span), for the choices `rows_at_once` does not
+        cover."""
         T = logits_BTV.shape[1]
         return [
             self.select(
@@ -228,9 +227,25 @@ class _Options:
     def rows_at_once(
         self, states: list[DecodeState], plans: list[Plan], spans: list[tuple[int, int]]
     ) -> list[list[int]]:
-        """Per row, the logits rows (in `spans`) whose greedy tokens and confidences are its picks,
-        for a policy that can choose every row at once; [] = row by row."""
-        return []
+        """Per row, the logits rows (in `spans`) whose greedy tokens and confidences are its picks
+        (the engine reads them from the forward's greedy table, every row at once): those of
+        its `candidates`; [] = not a greedy choice: `select_rows` chooses."""
+        if not self.greedy:
+            return []
+        out = []
+        for state, plan, (_, end) in zip(states, plans, spans, strict=True):
+            first, chosen = end - len(plan.queries), self.candidates(state, plan)
+            if chosen is plan.queries:
+                out.append(list(range(first, end)))
+            else:
+                row_of = {q: first + i for i, q in enumerate(plan.queries)}
+                out.append([row_of[p] for p in chosen])
+        return out
+
+    @property
+    def greedy(self) -> bool:
+        """Whether every choice is the greedy one (read from the greedy table)."""
+        return self.temperature == 0  # type: ignore[attr-defined]
 
     def apply(
         self, state: DecodeState, plan: Plan, picks: list[list[int]], ctx: DecodeContext
@@ -284,8 +299,7 @@ class ARPolicy(_Options):
     def select(
         self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
     ) -> Picks:
-        if self.draft_tokens:
-            return lossless.select(state, plan, logits, ctx.mask_id)
+        """A sampled choice (greedy ones, drafts included, are read from the greedy table)."""
         tokens, _ = self.choose(logits[-1:], ctx)
         return (tokens,)
 
@@ -294,7 +308,7 @@ class ARPolicy(_Options):
     ) -> list[list[int]]:
         if self.draft_tokens:
             return _lossless_rows(states, plans, spans)
-        return [] if self.temperature else [[end - 1] for _, end in spans]
+        return [[end - 1] for _, end in spans] if self.greedy else []
 
     def apply(
         self, state: DecodeState, plan: Plan, picks: list[list[int]], ctx: DecodeContext
@@ -373,22 +387,12 @@ class SetPolicy(_Options):
         window = None if self.window == "all" else self.window
         return _causal_plan(state, state.uncommitted_decoded(), _window(state, window))
 
-    def select(
-        self, state: DecodeState, plan: Plan, logits: torch.Tensor, ctx: DecodeContext
-    ) -> Picks:
-        if self.verify:
-            return lossless.select(state, plan, logits, ctx.mask_id)
-        return _Options.select(self, state, plan, logits, ctx)
-
     def rows_at_once(
         self, states: list[DecodeState], plans: list[Plan], spans: list[tuple[int, int]]
     ) -> list[list[int]]:
         if self.verify:
             return _lossless_rows(states, plans, spans)
-        if self.temperature:
-            return []
-        ends = [end for _, end in spans]
-        return [list(range(end - len(p.queries), end)) for p, end in zip(plans, ends, strict=True)]
+        return _Options.rows_at_once(self, states, plans, spans)
 
     def apply(
         self, state: DecodeState, plan: Plan, picks: list[list[int]], ctx: DecodeContext
@@ -429,6 +433,10 @@ class AnyOrderPolicy(_Options):
             return None
         commit = state.uncommitted_decoded()  # the first forward: prefill fused with queries
         return _causal_plan(state, commit, _window(state, self.window))
+
+    @property
+    def greedy(self) -> bool:  # type: ignore[override]
+        return self.order == "confidence" and self.temperature == 0 and not self.final_temperature
 
     def step_temperature(self, plan: Plan, ctx: DecodeContext) -> float:
         """Annealed linearly: ``n_new - m`` of `n_new` taken as decoded, for m queries."""
@@ -529,6 +537,10 @@ class MDLMPolicy(_Options):
         fed = torch.tensor(queries) - int(self.shift)
         rule = make_prompt_causal_mask_mod(torch.tensor([state.gen_start]))
         return Plan([], [], queries, rule(torch.zeros((), dtype=torch.long), 0, fed[:, None], fed))
+
+    @property
+    def greedy(self) -> bool:  # type: ignore[override]
+        return self.order == "confidence" and self.temperature == 0
 
     def candidates(self, state: DecodeState, plan: Plan) -> list[int]:
         """The masked positions up to the end of the frontier's chunk."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from setdiff.kv_cache import KVCache
-from setdiff.sampling.logits import greedy, mask_bias
+from setdiff.sampling.logits import greedy_table, mask_bias
 
 if TYPE_CHECKING:
     from setdiff.model import Transformer
@@ -26,20 +26,12 @@ model)."""
 
 def greedy_forward(net: Transformer, mask_id: int) -> Any:
     """The forward and every row's greedy choice as one function, to be captured together:
-    ``(tokens, positions, mask, cache) -> (logits (B, T, V), table (2, B, T))``, the table each
-    row's greedy token (as a float: exact below 2**24) and its confidence, as `greedy` gives
-    them."""
-    if net.config.vocab_size > 2**24:
-        raise ValueError(
-            f"compile_step needs vocab_size <= 2**24 (its captured choice holds token ids as "
-            f"float32), got {net.config.vocab_size}"
-        )
+    ``(tokens, positions, mask, cache) -> (logits (B, T, V), greedy_table (2, B, T))``."""
     bias = mask_bias(mask_id, net.config.vocab_size, next(net.parameters()).device)
 
     def forward(tokens: Any, positions: Any, mask: Any, cache: KVCache) -> Any:
         logits = net(tokens, positions, mask, cache)
-        chosen, confidence = greedy(logits, bias)
-        return logits, torch.stack((chosen.float(), confidence))
+        return logits, greedy_table(logits, bias)
 
     return forward
 

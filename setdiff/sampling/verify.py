@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
-
-from setdiff.sampling.logits import choose_tokens
 from setdiff.sampling.state import DecodeState, Plan
 
 
@@ -38,14 +35,6 @@ def rows(state: DecodeState, plan: Plan) -> list[int]:
     return [*range(first, first + len(_targets(state))), *range(n_commit + 1, n_commit + m)]
 
 
-def select(
-    state: DecodeState, plan: Plan, logits: torch.Tensor, mask_id: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One forward's picks: the greedy tokens (and confidences) of its `rows`."""
-    at = torch.tensor(rows(state, plan), device=logits.device)
-    return choose_tokens(logits.index_select(0, at), mask_id=mask_id)
-
-
 def apply(
     state: DecodeState,
     plan: Plan,
@@ -53,7 +42,7 @@ def apply(
     mask_id: int,
     propose: Callable[[DecodeState], list[int]] | None = None,
 ) -> tuple[list[int], int]:
-    """Apply one forward's `picks` (`select`'s, read as lists) to `state`.
+    """Apply one forward's `picks` (the greedy tokens of its `rows`, read as lists) to `state`.
 
     `propose(state)`: the next drafts, for the positions from ``state.verified_end()`` on (an
     external draft model; called after every forward); None = the queries draft.
