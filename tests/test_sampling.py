@@ -677,15 +677,19 @@ def test_greedy_table_equals_row_by_row() -> None:
             assert torch.equal(table[1, b, rows], confidence)
 
 
-def test_select_rows_without_queries_chooses_nothing() -> None:
+def test_rows_without_queries_choose_nothing() -> None:
     """A batched setdlm forward whose rows query nothing (every row only commits) picks
-    nothing for any row, rather than choosing at once over no logits."""
+    nothing for any row: no rows of the greedy table, and no sampled choice."""
     from setdiff.sampling.policies import DecodeContext, SetPolicy
     from setdiff.sampling.state import DecodeState, Plan
 
-    policy = SetPolicy(window=2, threshold=0.9)
     states = [DecodeState.new([1, 4, 5], 3, [], MASK_ID) for _ in range(2)]
     plans = [Plan([0, 1, 2], [0, 1, 2], []) for _ in states]
+    assert SetPolicy(window=2, threshold=0.9).rows_at_once(states, plans, [(0, 3)] * 2) == [[], []]
     ctx = DecodeContext(mask_id=MASK_ID, generator=torch.Generator(), n_new=3)
-    logits = torch.randn(2, 3, 11)
-    assert policy.select_rows(states, plans, logits, [(0, 3), (0, 3)], [ctx, ctx]) == [(), ()]
+    sampled = SetPolicy(window=2, temperature=1.0)
+    logits = torch.randn(3, 11)
+    assert [sampled.select(s, p, logits, ctx) for s, p in zip(states, plans, strict=True)] == [
+        (),
+        (),
+    ]

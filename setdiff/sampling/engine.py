@@ -129,9 +129,13 @@ def run(
                 bias = mask_bias(active[0].ctx.mask_id, logits_BTV.shape[-1], logits_BTV.device)
                 table = greedy_table(logits_BTV, bias)
             picks = read_table(table, rows)
-        else:
-            ctxs = [lane.ctx for lane in active]
-            picks = read_picks(policy.select_rows(states, ready, logits_BTV, spans, ctxs))
+        else:  # sampled: each row chooses from its own logits
+            each = enumerate(zip(active, ready, spans, strict=True))
+            chosen = [
+                policy.select(lane.state, plan, logits_BTV[r, start:end], lane.ctx)
+                for r, (lane, plan, (start, end)) in each
+            ]
+            picks = read_picks(chosen)
         stopped = []
         for r, (lane, plan) in enumerate(zip(active, ready, strict=True)):
             lane.nfe += 1

@@ -203,33 +203,12 @@ class _Options:
         """This forward's sampling temperature (None: the policy's `temperature`)."""
         return None
 
-    def select_rows(
-        self,
-        states: list[DecodeState],
-        plans: list[Plan],
-        logits_BTV: torch.Tensor,
-        spans: list[tuple[int, int]],
-        ctxs: list[DecodeContext],
-    ) -> list[Picks]:
-        """Every row's picks from one batched forward, row by row (row b's logits:
-        ``logits_BTV[b, start:end]`` for its span), for the choices `rows_at_once` does not
-        cover."""
-        T = logits_BTV.shape[1]
-        return [
-            self.select(
-                state, plan, logits_BTV[b] if end - start == T else logits_BTV[b, start:end], ctx
-            )
-            for b, (state, plan, (start, end), ctx) in enumerate(
-                zip(states, plans, spans, ctxs, strict=True)
-            )
-        ]
-
     def rows_at_once(
         self, states: list[DecodeState], plans: list[Plan], spans: list[tuple[int, int]]
     ) -> list[list[int]]:
         """Per row, the logits rows (in `spans`) whose greedy tokens and confidences are its picks
         (the engine reads them from the forward's greedy table, every row at once): those of
-        its `candidates`; [] = not a greedy choice: `select_rows` chooses."""
+        its `candidates`; [] = not a greedy choice: each row's `select` chooses."""
         if not self.greedy:
             return []
         out = []
