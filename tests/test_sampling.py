@@ -689,7 +689,20 @@ def test_rows_without_queries_choose_nothing() -> None:
     ctx = DecodeContext(mask_id=MASK_ID, generator=torch.Generator(), n_new=3)
     sampled = SetPolicy(window=2, temperature=1.0)
     logits = torch.randn(3, 11)
-    assert [sampled.select(s, p, logits, ctx) for s, p in zip(states, plans, strict=True)] == [
-        (),
-        (),
-    ]
+    picks = [sampled.select(s, p, logits, ctx) for s, p in zip(states, plans, strict=True)]
+    assert picks == [(), ()]
+
+
+def test_a_vocabulary_beyond_float32_token_ids_is_refused() -> None:
+    """Greedy choices reach the host as a float32 table, exact for token ids below 2**24: a
+    larger vocabulary is refused in one line before any compute."""
+    from types import SimpleNamespace
+
+    class Huge(nn.Module):
+        config = SimpleNamespace(vocab_size=2**24 + 1, max_seq_len=64)
+
+        def forward(self, *args: Any) -> torch.Tensor:
+            raise AssertionError("no forward may run")
+
+    with pytest.raises(ValueError, match=r"vocab_size must be <= 2\*\*24 to decode, got 16777217"):
+        generate(Huge(), [1], max_new_tokens=4, paradigm=make_paradigm("ar", mask_id=MASK_ID))
