@@ -77,7 +77,11 @@ def score(root: Path, out: Path, split: str, n: int, decodes: list[str]) -> None
 def paired_difference(
     a: list[int], b: list[int], resamples: int = 10_000
 ) -> tuple[float, float, float]:
-    """Mean of a - b over the shared prompts and its 95% percentile bootstrap interval."""
+    """Mean of a - b over the shared prompts and its 95% percentile bootstrap interval.
+
+    The rule of `reports.analysis.stats.bootstrap_mean_ci` applied to the differences, drawn
+    with torch's generator instead of numpy's: the figures recorded in docs/results.md were
+    computed this way, and some of their score files no longer exist to recompute them."""
     d = torch.tensor([x - y for x, y in zip(a, b, strict=True)], dtype=torch.float64)
     g = torch.Generator().manual_seed(0)
     means = d[torch.randint(len(d), (resamples, len(d)), generator=g)].mean(1)
