@@ -19,6 +19,7 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -103,25 +104,39 @@ def compare_items(metrics_diff: pd.DataFrame, labels: tuple[str, str]) -> tuple[
 
 def seed_spread_table(a: pd.DataFrame, b: pd.DataFrame, seeds: pd.DataFrame) -> pd.DataFrame:
     """Per (task, paradigm) of A's seeds study: A's and B's test accuracy, A's seed range (its
-    seeds and its own run), and whether B's accuracy lies outside it.
+    seeds, and its own run where that model trained the study's steps), and whether B's accuracy
+    lies outside it (judged only where B's model trained the study's steps too).
 
     Args:
         a, b: `reports.inputs.run.flatten_metrics` frames of the reference run A and of B.
         seeds: `Run.seeds` of A (one row per task and paradigm, with ``accuracies``).
     """
 
-    def accuracy(frame: pd.DataFrame, task: str, paradigm: str) -> float | None:
-        path = f"metrics/evaluate/{task}/{paradigm}.json"
-        hit = frame[(frame["path"] == path) & (frame["key"] == "accuracy")]["value"]
+    def value(frame: pd.DataFrame, path: str, key: str) -> float | None:
+        hit = frame[(frame["path"] == path) & (frame["key"] == key)]["value"]
         return float(hit.iloc[0]) if len(hit) else None
+
+    def accuracy(frame: pd.DataFrame, task: str, paradigm: str) -> float | None:
+        return value(frame, f"metrics/evaluate/{task}/{paradigm}.json", "accuracy")
+
+    def same_steps(frame: pd.DataFrame, row: Any) -> bool:
+        """Whether the run's model trained as many steps as the seeds study's (unknown: yes)."""
+        steps = value(frame, f"metrics/train/{row.task}/{row.paradigm}.json", "steps")
+        theirs = getattr(row, "steps", None)
+        return steps is None or theirs is None or pd.isna(theirs) or steps == theirs
 
     rows = []
     for row in seeds.itertuples(index=False):
-        own = accuracy(a, row.task, row.paradigm)
+        own = accuracy(a, row.task, row.paradigm) if same_steps(a, row) else None
         spread = [float(x) for x in row.accuracies] + ([] if own is None else [own])
         low, high = min(spread), max(spread)
         other = accuracy(b, row.task, row.paradigm)
-        outside = None if other is None else not (low - 1e-9 <= other <= high + 1e-9)
+        # a range of another recipe's steps says nothing of B's model
+        outside = (
+            None
+            if other is None or not same_steps(b, row)
+            else not (low - 1e-9 <= other <= high + 1e-9)
+        )
         rows.append(
             {
                 "task": row.task,

@@ -205,7 +205,9 @@ ITEMS: tuple[Item, ...] = (
         title="Seed variance",
         section=TRADEOFF,
         needs=("seeds",),
-        make=lambda d: _when(d.run.seeds, lambda f: tables.seeds_table(f, d.run.evaluate)),
+        make=lambda d: _when(
+            d.run.seeds, lambda f: tables.seeds_table(f, d.run.evaluate, d.run.train)
+        ),
         caption=(
             "`setdiff seeds`: every paradigm trained again per training seed (init, data order, "
             "training noise); with AR among them each seed trains its own AR model and that "
@@ -213,7 +215,8 @@ ITEMS: tuple[Item, ...] = (
             "exact match on the first test prompts; tokens/forward is the mean over seeds. An sd "
             "above one run's binomial SE means the accuracy intervals above (prompts, one "
             "model) understate how far a retrained model moves; sd > 0.03 flags a recipe that "
-            "does not hold on every seed."
+            "does not hold on every seed. The main run's accuracy is joined where the study "
+            "trained as many steps as the main run's model; the steps column says how many."
         ),
     ),
     Item(

@@ -7,6 +7,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 import yaml
 from metrics_records import evaluate_metrics
@@ -263,6 +264,17 @@ def test_the_report_table_renders_from_a_metrics_file(tmp_path: Path) -> None:
     assert table.loc["setdlm", "main run"] == "0.684 (seed 0)"
     assert table.loc["bd3lm", "mean ± sd"] == "0.450"  # one seed: no sd
     assert table.loc["bd3lm", "main run"] == ""  # other steps than the main run's
+    # the main run's model trained other steps than the study (metrics/train): not joined
+    train = pd.DataFrame([{"task": "arith", "paradigm": "setdlm", "steps": 4000}])
+    longer = tables.seeds_table(run.seeds, run.evaluate, train).set_index("paradigm")
+    assert longer.loc["setdlm", "main run"] == ""
+    same = train.assign(steps=1600)  # SEEDS_METRICS' setdlm steps
+    assert (
+        tables.seeds_table(run.seeds, run.evaluate, same)
+        .set_index("paradigm")
+        .loc["setdlm", "main run"]
+        == "0.684 (seed 0)"
+    )
     assert table.loc["bd3lm", "seeds"] == "1"
 
 

@@ -334,18 +334,22 @@ def backbone_table(backbone: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def seeds_table(seeds: pd.DataFrame, evaluate: pd.DataFrame) -> pd.DataFrame:
+def seeds_table(
+    seeds: pd.DataFrame, evaluate: pd.DataFrame, train: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """One row per (task, paradigm) of the seed study, plus one per extra decode (``also``):
     each seed's accuracy, mean ± sample sd, the sd's 95% interval (chi-square: three seeds pin
     an sd only loosely), min–max, one run's binomial SE at the same prompts,
     tokens per forward (mean over seeds), the gap to the same seed's AR model on every seed and
     whether its sign holds on all of them, and the main run's accuracy (the recipe's seed, from
-    the evaluate stage) when the study trained with the recipe's steps."""
+    the evaluate stage) when the study trained with the steps of the main run's model (`train`,
+    ``metrics/train``; without it, the recipe's steps when the study ran)."""
     if seeds.empty:
         return pd.DataFrame()
     main = {}
     if not evaluate.empty and "accuracy" in evaluate:
         main = {(r.task, r.paradigm): r.accuracy for r in evaluate.itertuples()}
+    trained = main_run_steps(train)
     records = sort_paradigms(seeds).to_dict("records")
     ar = {
         r["task"]: dict(zip(r.get("seeds") or [], r.get("accuracies") or [], strict=False))
@@ -354,11 +358,8 @@ def seeds_table(seeds: pd.DataFrame, evaluate: pd.DataFrame) -> pd.DataFrame:
     }
     rows = []
     for r in records:
-        own = (
-            main.get((r["task"], r["paradigm"]))
-            if r.get("steps") == r.get("recipe_steps")
-            else None
-        )
+        steps = trained.get((r["task"], r["paradigm"]), r.get("recipe_steps"))
+        own = main.get((r["task"], r["paradigm"])) if r.get("steps") == steps else None
         spreads = [(r["paradigm"], r)]
         also = r.get("also")
         if isinstance(also, dict) and also.get("accuracies"):
@@ -381,6 +382,14 @@ def seeds_table(seeds: pd.DataFrame, evaluate: pd.DataFrame) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows)
+
+
+def main_run_steps(train: pd.DataFrame | None) -> dict[tuple[str, str], int]:
+    """The steps each main-run model trained (``metrics/train``), by (task, paradigm): a seeds
+    row describes the main run's model only when it trained as many."""
+    if train is None or train.empty or "steps" not in train:
+        return {}
+    return {(r.task, r.paradigm): int(r.steps) for r in train.itertuples() if not _blank(r.steps)}
 
 
 SEED_SD_LIMIT = 0.03

@@ -138,6 +138,20 @@ def test_compare_flags_accuracies_outside_the_reference_seed_spread(
     missing = seed_spread_table(a, frame({}), seeds).set_index("paradigm")
     assert set(missing["B outside it"]) == {"–"}
 
+    # A seeds study of another recipe's steps: A's own run leaves the range, B is not judged.
+    def steps(frame_: pd.DataFrame, paradigm: str, n: int) -> pd.DataFrame:
+        row = (f"metrics/train/arith/{paradigm}.json", "steps", n)
+        return pd.concat([frame_, pd.DataFrame([row], columns=frame_.columns)], ignore_index=True)
+
+    seeds["steps"] = [2000, 1200, 2400]
+    longer = seed_spread_table(steps(a, "mdlm", 4800), steps(b, "bd3lm", 2400), seeds).set_index(
+        "paradigm"
+    )
+    assert longer.loc["mdlm", "A's seed range"] == "0.600–0.620 (2 runs)"
+    assert longer.loc["mdlm", "B outside it"] == "**yes**"  # B's steps unknown: compared
+    assert longer.loc["bd3lm", "B outside it"] == "–"  # B trained 2400, the seeds 1200
+    assert longer.loc["setdlm", "B outside it"] == "no"  # no steps recorded: compared
+
     # In the comparison report: the section, and one log line per flagged paradigm.
     run_a = write_run(tmp_path / "a", seed=0, preset="smoke")
     run_b = write_run(tmp_path / "b", seed=1, speed=0.5, preset="default")
