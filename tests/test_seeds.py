@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from pathlib import Path
@@ -15,9 +16,13 @@ from safetensors.torch import load_file
 from tiny_run import tiny_params
 
 from setdiff import retrain
+from setdiff.artifacts import load_model
 from setdiff.config import ConfigError
+from setdiff.preset import load_preset
+from setdiff.recipe import TaskTrainConfig
 from setdiff.stages import prepare, seeds, tokenize
 from setdiff.stages import train as train_stage
+from setdiff.stages.common import Layout
 
 PARAMS: dict[str, Any] = tiny_params(
     seeds={"paradigms": ["setdlm"], "seeds": [1, 2], "n_examples": 4}
@@ -135,6 +140,90 @@ def test_each_seed_trains_its_own_ar_and_its_fine_tunes_start_from_it(
     again = _run(tmp_path, params)
     assert again["paradigms"] == metrics["paradigms"]  # only the retrained cell's seconds moved
     assert starts == [(2, None)]
+
+
+def test_the_recipes_own_seed_is_the_main_runs_model_scored_not_trained_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seed 0 is the recipe's: its AR and fine-tune are the train stage's models (trained with
+    that config: retraining it here gives the same weights), scored like any other cell; only
+    seed 1 is trained. A changed main-run model is scored again."""
+    trained: list[tuple[str, int]] = []
+    original = retrain.train
+
+    def spy(net, paradigm, train_split, valid_split, config):  # type: ignore[no-untyped-def]
+        trained.append((paradigm.config.name, config.seed))
+        return original(net, paradigm, train_split, valid_split, config)
+
+    params = _copy(PARAMS)
+    params["train"]["arith"]["init_from_ar"] = True
+    params["seeds"].update(paradigms=["ar", "setdlm"], seeds=[0, 1], threads=1)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    args = ["--params", str(path), "--task", "arith", "--root", str(tmp_path)]
+    prepare.main(args)
+    tokenize.main(args)
+    train_stage.main([*args, "--paradigm", "ar"])
+    monkeypatch.setattr(retrain, "train", spy)
+    missing = r"models/arith/setdlm has no trained model.*train stage"
+    with pytest.raises(ConfigError, match=missing):
+        seeds.main(args)  # before any compute: nothing trained
+    assert trained == [] and not (tmp_path / "results").exists()
+    train_stage.main([*args, "--paradigm", "setdlm"])
+    metrics = _run(tmp_path, params)
+    assert trained == [("ar", 1), ("setdlm", 1)]
+    cells = tmp_path / "results" / "seeds" / "arith"
+    assert sorted(p.name for p in (cells / "models").iterdir()) == ["ar-1"]
+    for name in ("ar", "setdlm"):
+        summary = metrics["paradigms"][name]
+        assert summary["seeds"] == [0, 1] and summary["from_main_run"] == [0]
+        row = json.loads((cells / f"{name}-0.json").read_text())["row"]
+        main = tmp_path / "models" / "arith" / name
+        scored = retrain.score(load_model(main), retrain_data(tmp_path), params["decode"][name])
+        assert (row["accuracy"], row["tokens_per_forward"]) == (
+            scored["accuracy"],
+            scored["tokens_per_forward"],
+        )
+        assert row["model"] == "main run" and row["steps"] == 3 and row["seed"] == 0
+
+    # The premise: the seed-0 cell trained here (1 thread) is the main run's model, bit for bit.
+    preset = load_preset(path)
+    recipe = preset.section("train.arith", TaskTrainConfig)
+    again = retrain.make_cell(
+        preset,
+        recipe,
+        "setdlm",
+        name="x",
+        where="test",
+        train={"seed": 0, "threads": 1},
+        source=tmp_path / "models" / "arith" / "ar",
+    )
+    keep = tmp_path / "again"
+    retrain.run(dataclasses.replace(again, keep=keep), retrain_data(tmp_path))
+    mine = load_file(str(keep / "model.safetensors"))
+    main = load_file(str(tmp_path / "models" / "arith" / "setdlm" / "model.safetensors"))
+    assert mine.keys() == main.keys() and all(mine[k].equal(main[k]) for k in main)
+
+    # A re-run trains and scores nothing; a retrained main-run model is scored again.
+    trained.clear()
+    assert _run(tmp_path, params)["paradigms"] == metrics["paradigms"]
+    assert trained == []
+    row_file = cells / "setdlm-0.json"
+    before = row_file.stat().st_mtime_ns
+    params["train"]["arith"]["diffusion"]["lr"] = 0.0123
+    path.write_text(yaml.safe_dump(params))
+    train_stage.main([*args, "--paradigm", "setdlm"])
+    _run(tmp_path, params)
+    assert row_file.stat().st_mtime_ns != before
+    assert trained == [("setdlm", 1)]  # seed 1 follows the new recipe; seed 0 is the run's
+
+
+def retrain_data(root: Path) -> retrain.Data:
+    """What the seeds stage's cells read, for scoring a model as they are scored."""
+    preset = load_preset(root / "params.yaml")
+    recipe = preset.section("train.arith", TaskTrainConfig)
+    data = retrain.load_data(preset, Layout(str(root), "arith", ""), recipe, 4)
+    return dataclasses.replace(data, source=None)
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,13 @@ built (`setdiff.initial.initial_weights`) and the training generator, which draw
 held-out loss uses ``seed + 1``. The data and the test prompts stay fixed. The decode's own
 sampler seed stays at its default (greedy decoding draws nothing).
 
+The recipe's own seed is not trained again: a cell whose training config is exactly the
+recipe's (its seed and steps; the thread count aside, which leaves the weights bit-identical) is
+the main run's model, ``models/<task>/<paradigm>``, which the train stage trained with that very
+config (a fine-tune only when its seed's AR model is the main run's too). It is scored here as
+the other cells are, and marked ``"model": "main run"``; the summary lists those seeds per
+paradigm (``from_main_run``). So with seeds [0, 1, 2] the study trains two seeds, not three.
+
 Cells are trained, scored and kept as `setdiff.retrain` does
 (``results/seeds/<task>/<paradigm>-<seed>.json``; a re-run skips every finished cell whose
 inputs are unchanged, a seed's AR model included). ``metrics/seeds/<task>.json`` holds, per
@@ -33,15 +40,19 @@ bootstrap CIs measure) for comparison. The main run's accuracy (the recipe's see
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from setdiff import retrain
+from setdiff.artifacts import load_model
 from setdiff.files import write_json
+from setdiff.initial import weights_sha256
 from setdiff.measure import fingerprint
 from setdiff.preset import Preset
 from setdiff.recipe import SeedStudyConfig, TaskTrainConfig
@@ -83,6 +94,8 @@ def main(argv: list[str]) -> None:
 
     def cell(paradigm: str, seed: int) -> retrain.Cell:
         ar_dir = out_dir / "models" / f"ar-{seed}"
+        if own_ar and paradigm != "ar" and is_main_run("ar", seed):
+            ar_dir = layout.model("ar")  # the seed's AR model is the main run's
         return retrain.make_cell(
             preset,
             recipe,
@@ -95,22 +108,36 @@ def main(argv: list[str]) -> None:
             also_decode=study.also_decode.get(paradigm),
         )
 
+    def is_main_run(paradigm: str, seed: int) -> bool:
+        """Whether the cell trains exactly the main run's model (its seed's AR included)."""
+        main = recipe.for_paradigm(paradigm)
+        same = dataclasses.replace(cell(paradigm, seed).train, threads=main.threads) == main
+        return same and (not own_ar or paradigm == "ar" or is_main_run("ar", seed))
+
     # AR first: each seed's fine-tunes start from that seed's AR model.
     order = sorted(study.paradigms, key=lambda p: p != "ar")
-    cells = [cell(p, s) for s in study.seeds for p in order]
+    cells = [(cell(p, s), is_main_run(p, s)) for s in study.seeds for p in order]
     data = retrain.load_data(preset, layout, recipe, study.n_examples)
     if own_ar:  # no cell starts from the run's AR model: its hash is no input of theirs
         data = dataclasses.replace(data, source=None)
     inputs = retrain.input_hashes(data)
-    rows = [retrain.cached_run(out_dir, c, data, inputs) for c in cells]
+    for c, main_run in cells:  # before any compute: every main-run model is there
+        if main_run:
+            weights_sha256(layout.model(c.paradigm), _missing(layout.model(c.paradigm)))
+    rows = [
+        _main_run(out_dir, c, layout.model(c.paradigm), data, inputs)
+        if main_run
+        else retrain.cached_run(out_dir, c, data, inputs)
+        for c, main_run in cells
+    ]
     summary = {
         "task": args.task,
         "n_examples": len(data.records),
         "steps": study.steps,
         "threads": study.threads,
         "ar_per_seed": own_ar,
-        # the cells' own seconds (training and scoring), summed: the study's cost on one core
-        # per cell, whether its cells ran one after another or side by side
+        # the cells' own seconds (training and scoring; a main-run cell's: scoring), summed:
+        # the study's cost on one core per cell, whether its cells ran in turn or side by side
         "cell_seconds": sum(float(r.get("seconds", 0.0)) for r in rows),
         "fingerprint": fingerprint(
             torch.device("cpu"),
@@ -128,11 +155,50 @@ def main(argv: list[str]) -> None:
     write_json(Path(args.root) / "metrics" / "seeds" / f"{args.task}.json", summary)
 
 
+def _main_run(
+    out_dir: Path, cell: retrain.Cell, model_dir: Path, data: retrain.Data, inputs: dict[str, Any]
+) -> dict[str, Any]:
+    """The row of a cell the train stage has trained: the main run's model in `model_dir`,
+    scored as `retrain.run` scores a cell (kept like the others, keyed by its weights)."""
+    spec = {
+        "main_run": weights_sha256(model_dir, _missing(model_dir)),
+        "decode": dict(cell.decode),
+        "also_decode": None if cell.also_decode is None else dict(cell.also_decode),
+        **inputs,
+    }
+
+    def score() -> dict[str, Any]:
+        tic = time.perf_counter()
+        model = load_model(model_dir, paradigm=cell.paradigm, task=data.task)
+        also = {}
+        if cell.also_decode is not None:
+            extra = retrain.score(model, data, cell.also_decode)
+            also = {"also": {"decode": dict(cell.also_decode), **extra}}
+        last = json.loads((model_dir / "train_log.jsonl").read_text().splitlines()[-1])
+        return {
+            "paradigm": cell.paradigm,
+            "seed": cell.train.seed,
+            **retrain.score(model, data, cell.decode),
+            **also,
+            "steps": last["step"],
+            "final_eval_loss": last["eval_loss"],
+            "seconds": round(time.perf_counter() - tic, 1),  # scoring only: trained elsewhere
+            "model": "main run",
+        }
+
+    return retrain.cached(out_dir / f"{cell.name}.json", spec, score)
+
+
+def _missing(model_dir: Path) -> str:
+    return f"{model_dir} has no trained model: run the train stage first (dvc repro train)"
+
+
 def _summary(rows: list[dict[str, Any]], n_examples: int, recipe: TrainConfig) -> dict[str, Any]:
     """Mean, sample standard deviation, min and max over seeds, beside one run's binomial
     standard error; the same for the extra decode when there is one."""
     summary = {
         "seeds": [r["seed"] for r in rows],
+        "from_main_run": [r["seed"] for r in rows if r.get("model") == "main run"],
         **_spread([float(r["accuracy"]) for r in rows], n_examples),
         "tokens_per_forward": [r.get("tokens_per_forward") for r in rows],
         "steps": rows[0]["steps"],
