@@ -330,6 +330,13 @@ def test_the_report_table_renders_from_a_metrics_file(tmp_path: Path) -> None:
     table = tables.seeds_table(run.seeds, run.evaluate).set_index("paradigm")
     assert list(table.index) == ["ar", "bd3lm", "setdlm", "setdlm verify W8"]  # canonical order
     assert table.loc["setdlm", "accuracy per seed"] == "0.700, 0.660"
+    assert table.loc["setdlm", "seeds"] == "1, 2"
+    marked = json.loads(json.dumps(SEEDS_METRICS))
+    marked["paradigms"]["setdlm"]["from_main_run"] = [1]  # as if seed 1 were the recipe's
+    (tmp_path / "metrics" / "seeds" / "arith.json").write_text(json.dumps(marked))
+    again = tables.seeds_table(load_run(tmp_path).seeds, run.evaluate).set_index("paradigm")
+    assert again.loc["setdlm", "seeds"] == "1 (main run), 2"
+    assert again.loc["ar", "seeds"] == "1, 2"
     assert table.loc["setdlm", "mean ± sd"] == "0.680 ± 0.028"
     assert table.loc["setdlm", "min–max"] == "0.660–0.700"
     assert table.loc["setdlm", "tokens/forward"] == "0.97"

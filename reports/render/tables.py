@@ -369,7 +369,7 @@ def seeds_table(
                 {
                     "task": r["task"],
                     "paradigm": label,
-                    "seeds": ", ".join(fmt(s, ".0f") for s in r.get("seeds") or []),
+                    "seeds": _seed_labels(r),
                     **_spread_cells(
                         spread,
                         r.get("seeds") or [],
@@ -382,6 +382,16 @@ def seeds_table(
                 }
             )
     return pd.DataFrame(rows)
+
+
+def _seed_labels(row: dict[str, Any]) -> str:
+    """``0 (main run), 1, 2``: the seeds, marking those whose model is the main run's (the
+    recipe's seed: scored by the study, trained by the train stage)."""
+    ran = row.get("from_main_run")
+    main = set(ran) if isinstance(ran, list) else set()
+    return ", ".join(
+        fmt(s, ".0f") + (" (main run)" if s in main else "") for s in row.get("seeds") or []
+    )
 
 
 def main_run_steps(train: pd.DataFrame | None) -> dict[tuple[str, str], int]:
