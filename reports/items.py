@@ -209,9 +209,11 @@ ITEMS: tuple[Item, ...] = (
             d.run.seeds, lambda f: tables.seeds_table(f, d.run.evaluate, d.run.train)
         ),
         caption=(
-            "`setdiff seeds`: every paradigm trained again per training seed (init, data order, "
+            "`setdiff seeds`: every paradigm trained per training seed (init, data order, "
             "training noise); with AR among them each seed trains its own AR model and that "
-            "seed's fine-tunes start from it, and each row's gap is to the same seed's AR. Greedy "
+            "seed's fine-tunes start from it, and each row's gap is to the same seed's AR. The "
+            "recipe's own seed, marked (main run), is the main run's models, scored, not trained "
+            "again (the same weights on one kind of host). Greedy "
             "exact match on the first test prompts; tokens/forward is the mean over seeds. An sd "
             "above one run's binomial SE means the accuracy intervals above (prompts, one "
             "model) understate how far a retrained model moves; sd > 0.03 flags a recipe that "
