@@ -118,7 +118,7 @@ def main(argv: list[str]) -> None:
     order = sorted(study.paradigms, key=lambda p: p != "ar")
     cells = [(cell(p, s), is_main_run(p, s)) for s in study.seeds for p in order]
     data = retrain.load_data(preset, layout, recipe, study.n_examples)
-    if own_ar:  # no cell starts from the run's AR model: its hash is no input of theirs
+    if own_ar:  # each fine-tune's AR model (the seed's own, or the run's) is its `source`
         data = dataclasses.replace(data, source=None)
     inputs = retrain.input_hashes(data)
     for c, main_run in cells:  # before any compute: every main-run model is there
